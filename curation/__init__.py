@@ -1,0 +1,1 @@
+"""Curation: document schema, recipes, the Ray runner, sources, stats and the `curate` CLI."""

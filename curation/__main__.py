@@ -1,0 +1,5 @@
+import sys
+
+from curation.cli import main
+
+sys.exit(main())

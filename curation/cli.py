@@ -1,0 +1,159 @@
+"""`curate`: run a recipe on Ray, print a run's funnel, or write the sample snapshot."""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+DEFAULT_SAMPLE = Path("runs/sample-snapshot")
+SAMPLE_PAGES, SAMPLE_FILES = 1000, 4
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="curate",
+        description="Curate web text: WARC -> extraction -> language ID -> ... as Parquet shards with stats.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser(
+        "run",
+        help="run a recipe (built-in name or YAML path) on Ray",
+        description="Run a recipe. With no --input/--snapshot it curates the built-in sample snapshot. "
+        "A rerun into the same --output resumes: finished shards are skipped; a changed stage config reruns "
+        "that stage and every stage after it.",
+    )
+    run.add_argument("recipe", help="built-in recipe name (e.g. fineweb-snapshot) or path to a recipe YAML")
+    run.add_argument("--input", action="append", metavar="PATH_OR_GLOB",
+                     help="WARC/WET files: local paths, globs or fsspec URLs (s3://, https://); repeatable")  # fmt: skip
+    run.add_argument("--snapshot", metavar="CC-MAIN-YYYY-WW",
+                     help="Common Crawl crawl: without --input, read its WARC files from warc.paths.gz")  # fmt: skip
+    run.add_argument("--paths-file", help="a local copy of the crawl's warc.paths(.gz) to use instead of fetching it")
+    run.add_argument("--max-files", type=int, help="use only the first N input files")
+    run.add_argument("--output", help="run folder (default: runs/<recipe>)")
+    run.add_argument("--ray-address", help="join an existing Ray cluster: auto or ray://host:10001")
+    run.add_argument("--num-cpus", type=int, help="CPUs of the local Ray cluster (default: all)")
+    run.add_argument("--keep-removed", action="store_true", help="also write dropped documents to OUT/removed/<stage>/")
+    run.add_argument("--sample-pages", type=int, default=SAMPLE_PAGES, help="pages of the built-in sample snapshot")
+    run.add_argument("--sample-files", type=int, default=SAMPLE_FILES, help="WARC files of the built-in sample snapshot")
+
+    stats = commands.add_parser("stats", help="print the funnel of a run folder")
+    stats.add_argument("output", help="a folder written by `curate run`")
+
+    sample = commands.add_parser("sample", help="write the deterministic sample snapshot (WARC files + truth.parquet)")
+    sample.add_argument("--pages", type=int, default=SAMPLE_PAGES)
+    sample.add_argument("--files", type=int, default=SAMPLE_FILES)
+    sample.add_argument("--seed", type=int, default=0)
+    sample.add_argument("--out", required=True, help="folder to write into")
+    return parser
+
+
+def resolve_inputs(args, console: Console) -> tuple[list[str], str]:
+    """The input files and the snapshot name they belong to."""
+    from curation.sources import sample
+    from curation.sources.commoncrawl import commoncrawl_warc_urls, snapshot_of
+
+    if args.input:
+        import fsspec
+
+        files = []
+        for pattern in args.input:
+            matched = fsspec.open_files(pattern, "rb", expand=True)
+            if not matched:
+                raise SystemExit(f"curate: --input {pattern!r} matches no file")
+            files += [m.full_name for m in matched]
+        files = sorted(dict.fromkeys(files))[: args.max_files]
+        return files, args.snapshot or snapshot_of(files[0]) or "unknown"
+    if args.snapshot:
+        return commoncrawl_warc_urls(args.snapshot, args.max_files, args.paths_file), args.snapshot
+    console.print(f"[bold]No --input: curating the built-in sample snapshot[/] ({args.sample_pages} pages in {DEFAULT_SAMPLE}/)")
+    paths = sample.ensure(DEFAULT_SAMPLE, args.sample_pages, args.sample_files)
+    return [str(p.resolve()) for p in paths][: args.max_files], sample.SNAPSHOT
+
+
+class StageProgress:
+    """A rich bar per stage: shards done/total and documents per second."""
+
+    def __init__(self, progress: Progress, stage_dirs: list[str], shards: int):
+        self.progress = progress
+        self.started = time.perf_counter()
+        self.docs = dict.fromkeys(stage_dirs, 0)
+        self.tasks = {d: progress.add_task(d, total=shards, docs=0, rate=0.0) for d in stage_dirs}
+
+    def __call__(self, stage_dir: str, shard_stats: dict | None) -> None:
+        if shard_stats:
+            self.docs[stage_dir] += shard_stats["docs_in"]
+        rate = self.docs[stage_dir] / max(1e-9, time.perf_counter() - self.started)
+        self.progress.update(self.tasks[stage_dir], advance=1, docs=self.docs[stage_dir], rate=rate)
+
+
+def _console() -> Console:
+    """Full-width tables in logs and pipes too (rich falls back to 80 columns there)."""
+    return Console() if sys.stdout.isatty() else Console(width=120)
+
+
+def cmd_run(args) -> int:
+    from curation import runner, stats
+    from curation.recipe import RecipeError, load_recipe
+
+    console = _console()
+    try:
+        recipe = load_recipe(args.recipe)
+    except RecipeError as error:
+        console.print(f"[red]curate: {error}[/]")
+        return 2
+    inputs, snapshot = resolve_inputs(args, console)
+    if not inputs:
+        raise SystemExit("curate: no input files")
+    output = args.output or f"runs/{recipe.name}"
+    console.print(f"recipe [bold]{recipe.name}[/] on {len(inputs)} file(s) of snapshot {snapshot} -> {output}")
+    columns = [TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("shards  {task.fields[docs]:>8,} docs  {task.fields[rate]:>7.0f} docs/s"), TimeElapsedColumn()]  # fmt: skip
+    with Progress(*columns, console=console) as progress:
+        on_shard = StageProgress(progress, recipe.stage_dirs(), len(inputs))
+        result = runner.run(
+            recipe, inputs, output, snapshot, keep_removed=args.keep_removed,
+            ray_address=args.ray_address, num_cpus=args.num_cpus, progress=on_shard,
+        )  # fmt: skip
+    if result.skipped_shards:
+        console.print(f"resumed: {result.skipped_shards} stage-shard(s) were already done and skipped")
+    stats.print_funnel(stats.load(output), console)
+    for failure in result.failures:
+        console.print(f"[red]failed[/] {failure.stage} shard {failure.shard} ({failure.input}): {failure.error}")
+    if result.failures:
+        console.print(f"[red]{len(result.failures)} shard(s) failed; rerun the same command to retry them[/]")
+        return 1
+    console.print(f"done: {output}")
+    return 0
+
+
+def cmd_stats(args) -> int:
+    from curation import stats
+
+    try:
+        frame = stats.load(args.output)
+    except FileNotFoundError as error:
+        print(f"curate: {error}", file=sys.stderr)
+        return 2
+    stats.print_funnel(frame, _console())
+    return 0
+
+
+def cmd_sample(args) -> int:
+    from curation.sources import sample
+
+    paths = sample.generate(args.out, args.pages, args.files, args.seed)
+    print(f"wrote {len(paths)} WARC file(s) and {sample.TRUTH_FILE} ({args.pages} pages) to {args.out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return {"run": cmd_run, "stats": cmd_stats, "sample": cmd_sample}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

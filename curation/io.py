@@ -1,0 +1,37 @@
+"""Atomic Parquet/JSON writes on any fsspec filesystem: a killed run never leaves a half file under a final name."""
+
+import json
+import uuid
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+TMP_MARK = ".tmp-"
+
+
+def write_parquet_atomic(fs, path: str, table: pa.Table) -> None:
+    tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
+    with fs.open(tmp, "wb") as handle:
+        pq.write_table(table, handle, compression="zstd")
+    fs.mv(tmp, path)
+
+
+def write_json_atomic(fs, path: str, data: object) -> None:
+    tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
+    with fs.open(tmp, "w") as handle:
+        json.dump(data, handle, indent=1, sort_keys=True)
+    fs.mv(tmp, path)
+
+
+def read_parquet(fs, path: str) -> pa.Table:
+    with fs.open(path, "rb") as handle:
+        return pq.read_table(handle)
+
+
+def remove_temporaries(fs, folder: str) -> None:
+    """Leftovers of writes a killed run did not finish."""
+    if not fs.exists(folder):
+        return
+    for path in fs.find(folder):
+        if TMP_MARK in path.rsplit("/", 1)[-1]:
+            fs.rm(path)

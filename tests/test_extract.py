@@ -1,0 +1,101 @@
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from curation.sources.warc import WarcReader
+from filters.extract import HtmlExtractor, decode_html
+
+
+def raw_table(pages: list[tuple[bytes | None, str | None, str | None]]) -> pa.Table:
+    return pa.table(
+        {
+            "id": [str(i) for i in range(len(pages))],
+            "html": pa.array([p[0] for p in pages], pa.binary()),
+            "charset": pa.array([p[1] for p in pages], pa.string()),
+            "text": pa.array([p[2] for p in pages], pa.string()),
+        }
+    )
+
+
+ARTICLE = (
+    "<html><body><nav><a href='/'>Home</a> <a href='/about'>About us</a></nav>"
+    "<div class='cookie'>We use cookies. Accept all</div><article><h1>Rivers</h1>"
+    "<p>The river carries sediment from the mountains down to the delta, where it builds new land every year.</p>"
+    "<p>Farmers along the banks have relied on these floods for centuries to renew the soil of their fields.</p>"
+    "</article><footer>Copyright 2024. All rights reserved.</footer></body></html>"
+)
+
+
+@pytest.mark.parametrize("backend", ["trafilatura", "resiliparse"])
+def test_main_text_without_boilerplate(backend):
+    stage = HtmlExtractor(HtmlExtractor.Params(backend=backend))
+    result = stage.process(raw_table([(ARTICLE.encode(), "utf-8", None)]))
+    text = result.kept["text"][0].as_py()
+    assert "sediment from the mountains" in text and "renew the soil" in text
+    assert "cookies" not in text and "All rights reserved" not in text
+    assert "html" not in result.kept.column_names
+
+
+@pytest.mark.parametrize(
+    "text, charset, declared",
+    [
+        ("Größere Straßen führen über die Brücke nach Süden.", "iso-8859-1", "iso-8859-1"),
+        ("Съешь же ещё этих мягких французских булок, да выпей чаю.", "koi8-r", None),
+        ("吾輩は猫である。名前はまだ無い。どこで生れたかとんと見当がつかぬ。", "shift_jis", None),
+    ],
+)
+def test_non_utf8_pages_decode(text, charset, declared):
+    meta = f'<meta charset="{charset}">' if charset == "koi8-r" else ""
+    page = f"<html><head>{meta}</head><body><p>{text * 5}</p></body></html>".encode(charset)
+    assert text in decode_html(page, declared)
+
+
+def test_bad_pages_are_dropped_with_their_reason():
+    stage = HtmlExtractor(HtmlExtractor.Params(max_html_bytes=10_000, timeout_s=5))
+    table = raw_table(
+        [
+            (ARTICLE.encode(), "utf-8", None),
+            (b"<html><body><script>app()</script></body></html>", None, None),
+            (b"<html><body>" + b"<p>big page</p>" * 2000 + b"</body></html>", None, None),
+            (None, None, "Already extracted text from a WET record."),
+            (None, None, None),
+            (ARTICLE.replace("sediment", "gravel").replace("Farmers", "Herders").encode("utf-16"), "bogus", None),
+        ]
+    )
+    result = stage.process(table)
+    assert result.kept["id"].to_pylist() == ["0", "3", "5"]  # a UTF-16 page under a bogus charset is detected
+    assert "gravel" in result.kept["text"][2].as_py()
+    assert result.dropped == {"empty_text": 2, "html_too_large": 1}
+    assert result.kept.num_rows + sum(result.dropped.values()) == table.num_rows
+
+
+def test_a_table_extracts_the_same_whatever_ran_before_in_the_process():
+    """trafilatura deduplicates paragraphs across documents; that memory must not leak across shards."""
+    table = raw_table([(ARTICLE.encode(), "utf-8", None)])
+    stage = HtmlExtractor()
+    first = stage.process(table).kept
+    assert stage.process(table).kept.equals(first)
+
+
+def test_timeout_drops_the_page_and_the_stage_goes_on():
+    stage = HtmlExtractor(HtmlExtractor.Params(timeout_s=1e-6))
+    page = ("<html><body>" + "<div><p>deep text here and there</p>" * 3000 + "</div>" * 3000 + "</body></html>").encode()
+    result = stage.process(raw_table([(page, "utf-8", None)]))
+    assert result.dropped == {"extract_timeout": 1}
+    quick = HtmlExtractor(HtmlExtractor.Params(timeout_s=5)).process(raw_table([(ARTICLE.encode(), "utf-8", None)]))
+    assert quick.kept.num_rows == 1
+
+
+def test_sample_pages_of_every_charset_keep_their_text(sample_snapshot):
+    truth = pq.read_table(sample_snapshot / "truth.parquet").to_pandas().set_index("doc_id")
+    read = [WarcReader("sample").read(str(p)).table for p in sorted(sample_snapshot.glob("*.warc.gz"))]
+    result = HtmlExtractor().process(pa.concat_tables(read))
+    found = total = 0
+    for doc_id, text in zip(result.kept["id"].to_pylist(), result.kept["text"].to_pylist()):
+        page = truth.loc[doc_id]
+        if page.kind in ("non_utf8", "clean", "foreign"):
+            paragraphs = [p[:40] for p in page.body.split("\n\n")]
+            hits = sum(p in text for p in paragraphs)
+            assert hits, f"no paragraph of {page.url} ({page.charset}) survived extraction"
+            found, total = found + hits, total + len(paragraphs)
+    assert total > 300 and found / total > 0.85

@@ -1,0 +1,118 @@
+import gzip
+import io
+import zlib
+
+import pyarrow as pa
+import pytest
+
+from curation.sources.warc import WarcReader, iter_gzip_members, iter_records
+from tests.conftest import shared
+
+
+def gzip_members(raw: bytes) -> list[tuple[int, int]]:
+    """(start, end) offsets of each gzip member."""
+    spans, offset = [], 0
+    while offset < len(raw):
+        inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        inflater.decompress(raw[offset:])
+        end = len(raw) - len(inflater.unused_data)
+        spans.append((offset, end))
+        offset = end
+    return spans
+
+
+def test_cc_main_2020_34_slice_yields_its_16_responses():
+    result = WarcReader("CC-MAIN-2020-34").read(str(shared("warc/cc-main-2020-34-sample.warc.gz")))
+    assert result.table.num_rows == 16
+    assert dict(result.dropped) == {"record_warcinfo": 1, "record_request": 17, "record_metadata": 16}
+    assert result.table["url"].null_count == 0 and all(result.table["html"].to_pylist())
+    assert len(set(result.table["id"].to_pylist())) == 16
+
+
+@pytest.mark.parametrize(
+    "name, html_docs",
+    [("wget-2024-sample-0000.warc.gz", 22), ("wget-2024-sample-0001.warc.gz", 15), ("cc-main-2024-22-one-page.warc.gz", 1)],
+)
+def test_real_warc_slices_every_record_is_a_row_or_a_reason(name, html_docs):
+    path = shared(f"warc/{name}")
+    records = sum(1 for start, end in gzip_members(path.read_bytes()))
+    result = WarcReader("x").read(str(path))
+    assert result.table.num_rows == html_docs
+    assert result.table.num_rows + sum(result.dropped.values()) == records
+
+
+def test_wet_file_gives_text_without_html():
+    result = WarcReader("CC-MAIN-2024-22").read(str(shared("warc/cc-main-2024-22-one-page.warc.wet.gz")))
+    assert result.table.num_rows == 1
+    row = result.table.to_pylist()[0]
+    assert row["html"] is None and row["url"] == "https://an.wikipedia.org/wiki/Escopete"
+    assert "Escopete" in row["text"]
+
+
+def html_responses(raw: bytes, kept_record_ids: set[str]) -> list[tuple[int, tuple[int, int], str]]:
+    """(member index, span, record id) of the members holding a response that the reader keeps."""
+    found = []
+    for index, (start, end) in enumerate(gzip_members(raw)):
+        for record, _ in iter_records(gzip.decompress(raw[start:end])):
+            record_id = record.headers.get("warc-record-id")
+            if record_id in kept_record_ids:
+                found.append((index, (start, end), record_id))
+    return found
+
+
+def test_corrupt_gzip_member_and_garbage_keep_every_good_record(sample_snapshot, tmp_path):
+    path = sample_snapshot / "sample-0000.warc.gz"
+    raw = path.read_bytes()
+    clean = WarcReader("sample").read(str(path))
+    responses = html_responses(raw, set(clean.table["warc_record_id"].to_pylist()))
+    (_, damaged_span, lost_id), (_, garbage_before, _) = responses[3], responses[7]
+    damaged = bytearray(raw)
+    middle = (damaged_span[0] + damaged_span[1]) // 2
+    noise = b"\x00garbage\xff" * 4
+    damaged[middle : middle + len(noise)] = noise
+    at = garbage_before[0]
+    corrupt = tmp_path / "damaged.warc.gz"
+    corrupt.write_bytes(bytes(damaged[:at]) + b"NOT A GZIP MEMBER" * 20 + bytes(damaged[at:]))
+    result = WarcReader("sample").read(str(corrupt))
+    assert result.dropped["corrupt_gzip"] == 1
+    assert result.dropped["garbage_bytes"] == 1
+    expected = [i for i, r in zip(clean.table["id"].to_pylist(), clean.table["warc_record_id"].to_pylist()) if r != lost_id]
+    assert result.table["id"].to_pylist() == expected
+
+
+def test_truncated_record_in_the_middle_and_at_the_end(sample_snapshot, tmp_path):
+    path = sample_snapshot / "sample-0001.warc.gz"
+    raw = path.read_bytes()
+    clean = WarcReader("sample").read(str(path))
+    records = [gzip.decompress(raw[s:e]) for s, e in gzip_members(raw)]
+    responses = html_responses(raw, set(clean.table["warc_record_id"].to_pylist()))
+    middle, _, cut_id = responses[5]
+    last, _, last_id = responses[-1]
+    assert last == len(records) - 1
+    # an uncompressed WARC with one response cut in half, and the file cut inside its last record
+    body = b"".join(records[:middle]) + records[middle][: len(records[middle]) // 2] + b"".join(records[middle + 1 :])
+    truncated = tmp_path / "truncated.warc"
+    truncated.write_bytes(body[:-100])
+    result = WarcReader("sample").read(str(truncated))
+    assert result.dropped["truncated_record"] == 2
+    expected = [
+        i for i, r in zip(clean.table["id"].to_pylist(), clean.table["warc_record_id"].to_pylist()) if r not in (cut_id, last_id)
+    ]
+    assert result.table["id"].to_pylist() == expected
+
+
+def test_gzip_file_cut_short_keeps_what_came_before(sample_snapshot):
+    raw = (sample_snapshot / "sample-0002.warc.gz").read_bytes()
+    spans = gzip_members(raw)
+    members = list(iter_gzip_members(io.BytesIO(raw[: spans[-1][0] + 30])))
+    assert all(problem is None for _, problem in members[:-1])
+    records = [r for member, _ in members for r, bad in iter_records(member) if r]
+    assert len(records) == len(spans) - 1
+
+
+def test_reader_schema_is_the_document_schema(sample_snapshot):
+    from curation.schema import READ_SCHEMA
+
+    table = WarcReader("sample").read(str(sample_snapshot / "sample-0003.warc.gz")).table
+    assert table.schema == READ_SCHEMA
+    assert pa.compute.all(pa.compute.equal(table["snapshot"], "sample")).as_py()
