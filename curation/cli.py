@@ -58,13 +58,14 @@ def resolve_inputs(args, console: Console) -> tuple[list[str], str]:
 
     if args.input:
         import fsspec
+        from fsspec.implementations.local import LocalFileSystem
 
         files = []
         for pattern in args.input:
             matched = fsspec.open_files(pattern, "rb", expand=True)
             if not matched:
                 raise SystemExit(f"curate: --input {pattern!r} matches no file")
-            files += [m.full_name for m in matched]
+            files += [m.path if isinstance(m.fs, LocalFileSystem) else m.full_name for m in matched]
         files = sorted(dict.fromkeys(files))[: args.max_files]
         return files, args.snapshot or snapshot_of(files[0]) or "unknown"
     if args.snapshot:

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("SHARED_DATA", ROOT.parent / "shared" / "data"))
+SHARED_DATA = Path(os.environ.get("SHARED_DATA", ROOT.parent / "shared" / "data")).resolve()
 
 
 def shared(relative: str) -> Path:

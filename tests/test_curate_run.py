@@ -1,0 +1,133 @@
+"""The real `curate` CLI and runner on a local Ray cluster: real WARC slices, resume after kill -9, config change."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from curation import stats
+from curation.recipe import load_recipe
+from curation.sources import sample
+from tests.conftest import SHARED_DATA, shared
+
+pytestmark = pytest.mark.slow
+CURATE = [sys.executable, "-m", "curation"]
+
+
+def curate(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    done = subprocess.run(CURATE + list(args), capture_output=True, text=True, cwd=cwd, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def parts(output: Path) -> dict[str, Path]:
+    return {str(p.relative_to(output)): p for p in sorted(output.glob("[0-9][0-9]_*/*"))}
+
+
+@pytest.fixture(scope="module")
+def snapshot_files(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("resume-input")
+    sample.generate(folder, pages=240, files=8, seed=3)
+    return folder
+
+
+def test_real_warc_slices_end_to_end(tmp_path):
+    shared("warc/cc-main-2020-34-sample.warc.gz")
+    output = tmp_path / "run"
+    done = curate("run", "fineweb-snapshot", "--input", f"{SHARED_DATA}/warc/*.gz", "--output", str(output),
+                  "--num-cpus", "2", "--keep-removed")  # fmt: skip
+    assert "Curation funnel" in done.stdout and "02_langid" in done.stdout
+    frame = stats.load(str(output))
+    read = frame[frame.stage == "00_read"].set_index("input")
+    cc = read.loc[str(SHARED_DATA / "warc" / "cc-main-2020-34-sample.warc.gz")]
+    assert cc.docs_out == 16
+    for stage in ("01_extract", "02_langid"):
+        rows = frame[frame.stage == stage]
+        dropped = rows[[c for c in rows.columns if c.startswith("dropped_")]].sum(axis=1)
+        assert ((rows.docs_out + dropped) == rows.docs_in).all(), f"{stage} lost documents"
+    extracted = sum(pq.read_table(p).num_rows for p in (output / "01_extract").glob("*.parquet"))
+    removed = sum(pq.read_table(p).num_rows for p in (output / "removed" / "01_extract").glob("*.parquet"))
+    assert extracted + removed == read.docs_out.sum() == 16 + 1 + 1 + 22 + 15
+    kept = pq.read_table(output / "02_langid").to_pandas()
+    assert set(kept.language) == {"en"} and (kept.language_score >= 0.65).all()
+    assert "Curation funnel" in curate("stats", str(output)).stdout
+
+
+def test_resume_after_kill_gives_the_uninterrupted_output(snapshot_files, tmp_path):
+    inputs = f"{snapshot_files}/*.warc.gz"
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    curate("run", "fineweb-snapshot", "--input", inputs, "--output", str(whole), "--num-cpus", "2")
+
+    process = subprocess.Popen(
+        CURATE + ["run", "fineweb-snapshot", "--input", inputs, "--output", str(resumed), "--num-cpus", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    manifest = resumed / "manifest.json"
+    deadline = time.time() + 300
+    finished = 0
+    while time.time() < deadline and process.poll() is None:
+        try:
+            shards = json.loads(manifest.read_text())["stages"]
+            finished = sum(len(stage["shards"]) for stage in shards.values())
+        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            finished = 0
+        if finished >= 5:
+            break
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert 5 <= finished < 24, f"the kill came at {finished} of 24 stage-shards: not a partial run"
+    before = {name: path.stat().st_mtime_ns for name, path in parts(resumed).items()}
+    done_before = json.loads(manifest.read_text())["stages"]
+
+    rerun = curate("run", "fineweb-snapshot", "--input", inputs, "--output", str(resumed), "--num-cpus", "2")
+    assert f"resumed: {sum(len(s['shards']) for s in done_before.values())} stage-shard(s)" in rerun.stdout
+    assert list(parts(resumed)) == list(parts(whole)), "missing, extra or leftover temporary parts"
+    for name, path in parts(whole).items():
+        assert pq.read_table(parts(resumed)[name]).equals(pq.read_table(path)), name
+    for stage_dir, entry in done_before.items():
+        for shard in entry["shards"]:
+            name = f"{stage_dir}/part-{int(shard):05d}.parquet"
+            assert parts(resumed)[name].stat().st_mtime_ns == before[name], f"{name} was redone"
+    assert json.loads(manifest.read_text())["stages"].keys() == done_before.keys()
+
+
+def test_changed_stage_reruns_it_and_what_follows_only(snapshot_files, tmp_path):
+    inputs = f"{snapshot_files}/*.warc.gz"
+    output = tmp_path / "run"
+    curate("run", "fineweb-snapshot", "--input", inputs, "--output", str(output), "--num-cpus", "2")
+    before = {name: path.stat().st_mtime_ns for name, path in parts(output).items()}
+    recipe = tmp_path / "stricter.yaml"
+    recipe.write_text(
+        (Path(__file__).parents[1] / "curation/recipes/fineweb-snapshot.yaml").read_text().replace("0.65", "0.9")
+    )
+    rerun = curate("run", str(recipe), "--input", inputs, "--output", str(output), "--num-cpus", "2")
+    assert "resumed: 16 stage-shard(s)" in rerun.stdout
+    after = {name: path.stat().st_mtime_ns for name, path in parts(output).items()}
+    assert [n for n in after if after[n] != before[n]] == [n for n in after if n.startswith("02_langid")]
+    frame = stats.load(str(output))
+    assert frame[frame.stage == "02_langid"].docs_out.sum() < frame[frame.stage == "02_langid"].docs_in.sum()
+    assert (pq.read_table(output / "02_langid").to_pandas().language_score >= 0.9).all()
+
+
+def test_a_failing_file_is_named_and_the_rest_finishes(snapshot_files, tmp_path):
+    import ray
+
+    from curation import runner
+
+    ray.init(num_cpus=2, object_store_memory=100 * 1024**2, include_dashboard=False)
+    try:
+        good = str(snapshot_files / "sample-0000.warc.gz")
+        missing = str(tmp_path / "gone.warc.gz")
+        result = runner.run(load_recipe("fineweb-snapshot"), [good, missing], str(tmp_path / "run"), "sample")
+    finally:
+        ray.shutdown()
+    assert [(f.stage, f.shard, f.input) for f in result.failures] == [("00_read", 1, missing)]
+    assert "gone.warc.gz" in result.failures[0].error
+    assert (tmp_path / "run" / "02_langid" / "part-00000.parquet").exists()

@@ -1,0 +1,77 @@
+import gzip
+
+import pytest
+
+from curation.recipe import RecipeError, builtin_recipes, config_hash, load_recipe
+from curation.sources.commoncrawl import commoncrawl_warc_urls, snapshot_of, warc_paths_url
+from filters import HtmlExtractor, LanguageFilter
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "recipe.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_builtin_fineweb_snapshot_recipe():
+    recipe = load_recipe("fineweb-snapshot")
+    assert "fineweb-snapshot" in builtin_recipes()
+    assert recipe.stage_dirs() == ["00_read", "01_extract", "02_langid"]
+    extract, langid = recipe.build(0), recipe.build(1)
+    assert isinstance(extract, HtmlExtractor) and extract.params.backend == "trafilatura"
+    assert isinstance(langid, LanguageFilter) and langid.params.languages == ["en"] and langid.params.min_score == 0.65
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("name: x\nstages: [\n", "not valid YAML"),
+        ("- just a list", "a recipe is a mapping"),
+        ("name: x\nstages: []\n", "stages: List should have at least 1 item"),
+        ("name: x\nstages:\n  - stage: dedupe\n", "stages[0].stage: Value error, unknown stage 'dedupe'"),
+        ("name: x\nstages:\n  - stage: langid\n    params: {min_score: 2}\n", "stages[0].params.min_score"),
+        ("name: x\nstages:\n  - stage: extract\n    params: {backend: lxml}\n", "stages[0].params.backend"),
+        ("name: x\nstages:\n  - stage: extract\n    params: {timeout: 3}\n", "stages[0].params.timeout: Extra inputs"),
+        ("name: x\nsource: {max_payload_bytes: -1}\nstages:\n  - stage: extract\n", "source.max_payload_bytes"),
+        ("stages:\n  - stage: extract\n", "name: Field required"),
+    ],
+)
+def test_invalid_recipes_name_the_field(tmp_path, text, message):
+    with pytest.raises(RecipeError) as error:
+        load_recipe(write(tmp_path, text))
+    assert message in str(error.value)
+    assert "recipe.yaml" in str(error.value)
+
+
+def test_unknown_recipe_name_lists_the_builtin_ones():
+    with pytest.raises(RecipeError, match="fineweb-snapshot"):
+        load_recipe("no-such-recipe")
+
+
+def test_config_hash_changes_with_any_parameter():
+    assert config_hash({"a": 1}, ["x"]) == config_hash({"a": 1}, ["x"])
+    assert config_hash({"a": 1}) != config_hash({"a": 2})
+
+
+def test_commoncrawl_urls_from_a_local_paths_file(tmp_path):
+    listing = tmp_path / "warc.paths.gz"
+    paths = [
+        f"crawl-data/CC-MAIN-2024-10/segments/1707947473347.0/warc/CC-MAIN-20240220211055-20240221001055-{i:05d}.warc.gz"
+        for i in range(5)
+    ]
+    listing.write_bytes(gzip.compress(("\n".join(paths) + "\n").encode()))
+    urls = commoncrawl_warc_urls("CC-MAIN-2024-10", max_files=3, paths_file=str(listing))
+    assert urls == ["https://data.commoncrawl.org/" + p for p in paths[:3]]
+    s3 = commoncrawl_warc_urls("CC-MAIN-2024-10", paths_file=str(listing), base="s3://commoncrawl/")
+    assert len(s3) == 5 and s3[0].startswith("s3://commoncrawl/crawl-data/CC-MAIN-2024-10/")
+    assert warc_paths_url("CC-MAIN-2024-10") == "https://data.commoncrawl.org/crawl-data/CC-MAIN-2024-10/warc.paths.gz"
+    assert snapshot_of(urls[0]) == "CC-MAIN-2024-10"
+
+
+def test_commoncrawl_rejects_bad_names_and_foreign_listings(tmp_path):
+    with pytest.raises(ValueError, match="CC-MAIN-2024-10"):
+        commoncrawl_warc_urls("2024-10")
+    listing = tmp_path / "warc.paths"
+    listing.write_text("crawl-data/CC-MAIN-2023-50/segments/x/warc/a.warc.gz\n")
+    with pytest.raises(ValueError, match="not a CC-MAIN-2024-10 WARC path"):
+        commoncrawl_warc_urls("CC-MAIN-2024-10", paths_file=str(listing))

@@ -1,0 +1,36 @@
+import pyarrow as pa
+import pytest
+
+from filters.base import Annotation, Stage
+
+
+class EvenLength(Stage):
+    """A toy stage: keeps texts of even length, annotates the length."""
+
+    name = "even"
+    adds = {"length": pa.int32()}
+    setups = 0
+
+    def setup(self):
+        EvenLength.setups += 1
+
+    def annotate(self, table):
+        lengths = [len(t) for t in table["text"].to_pylist()]
+        return Annotation([None if n % 2 == 0 else "odd_length" for n in lengths], {"length": lengths})
+
+
+def test_base_class_splits_counts_and_keeps_every_column():
+    table = pa.table({"id": ["a", "b", "c"], "text": ["xx", "y", "zzzz"], "url": ["u1", "u2", "u3"]})
+    stage = EvenLength()
+    result = stage.process(table)
+    stage.process(table)
+    assert EvenLength.setups == 1
+    assert result.kept.column_names == ["id", "text", "url", "length"]
+    assert result.kept["id"].to_pylist() == ["a", "c"] and result.kept["length"].to_pylist() == [2, 4]
+    assert result.dropped == {"odd_length": 1}
+    assert result.removed.to_pylist() == [{"id": "b", "text": "y", "url": "u2", "length": 1, "drop_reason": "odd_length"}]
+
+
+def test_missing_column_is_named():
+    with pytest.raises(ValueError, match=r"needs columns \['text'\]"):
+        EvenLength().process(pa.table({"id": ["a"]}))
