@@ -43,6 +43,16 @@ def _parser() -> argparse.ArgumentParser:
     stats = commands.add_parser("stats", help="print the funnel of a run folder")
     stats.add_argument("output", help="a folder written by `curate run`")
 
+    tokenize = commands.add_parser(
+        "tokenize",
+        help="tokenize a run's curated text into token shards for `train`",
+        description="Writes RUN/tokens/part-*.parquet (id, source, tokens, n_tokens), tokenizer.json and stats.json "
+        "(documents and tokens per source). Without --tokenizer a byte-level BPE is trained on the curated text.",
+    )
+    tokenize.add_argument("output", help="a folder written by `curate run`")
+    tokenize.add_argument("--tokenizer", help="an HF tokenizers tokenizer.json to use (must have <|endoftext|>)")
+    tokenize.add_argument("--vocab-size", type=int, default=8192, help="vocabulary of a newly trained tokenizer")
+
     sample = commands.add_parser("sample", help="write the deterministic sample snapshot (WARC files + truth.parquet)")
     sample.add_argument("--pages", type=int, default=SAMPLE_PAGES)
     sample.add_argument("--files", type=int, default=SAMPLE_FILES)
@@ -143,6 +153,25 @@ def cmd_stats(args) -> int:
     return 0
 
 
+def cmd_tokenize(args) -> int:
+    from rich.table import Table
+
+    from curation.tokenize import tokenize_run
+
+    try:
+        stats = tokenize_run(args.output, args.tokenizer, args.vocab_size)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"curate: {error}", file=sys.stderr)
+        return 2
+    table = Table(title=f"Tokens in {args.output}/tokens (vocabulary {stats['vocab_size']:,})")
+    for column in ("source", "documents", "tokens"):
+        table.add_column(column, justify="left" if column == "source" else "right")
+    for source, counts in stats["sources"].items():
+        table.add_row(source, f"{counts['documents']:,}", f"{counts['tokens']:,}")
+    _console().print(table)
+    return 0
+
+
 def cmd_sample(args) -> int:
     from curation.sources import sample
 
@@ -153,7 +182,7 @@ def cmd_sample(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    return {"run": cmd_run, "stats": cmd_stats, "sample": cmd_sample}[args.command](args)
+    return {"run": cmd_run, "stats": cmd_stats, "tokenize": cmd_tokenize, "sample": cmd_sample}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -16,11 +16,15 @@ def write_parquet_atomic(fs, path: str, table: pa.Table) -> None:
     fs.mv(tmp, path)
 
 
-def write_json_atomic(fs, path: str, data: object) -> None:
+def write_text_atomic(fs, path: str, text: str) -> None:
     tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
     with fs.open(tmp, "w") as handle:
-        json.dump(data, handle, indent=1, sort_keys=True)
+        handle.write(text)
     fs.mv(tmp, path)
+
+
+def write_json_atomic(fs, path: str, data: object) -> None:
+    write_text_atomic(fs, path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def read_parquet(fs, path: str) -> pa.Table:

@@ -1,0 +1,92 @@
+"""Curated text -> token shards (`id`, `source`, `tokens: list<int32>`, `n_tokens`) with the tokenizer beside them.
+
+With no tokenizer given, a byte-level BPE is trained with HF `tokenizers` on the curated text itself.
+"""
+
+from collections import Counter
+from pathlib import Path
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from curation.io import read_parquet, write_json_atomic, write_parquet_atomic, write_text_atomic
+from curation.stats import read_json
+
+EOS = "<|endoftext|>"
+TOKEN_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("tokens", pa.list_(pa.int32())), ("n_tokens", pa.int32())])
+TOKENS_DIR = "tokens"
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def curated_parts(run_dir: str) -> list[str]:
+    """The parts of the last stage of a `curate run` folder."""
+    fs, root = fsspec.core.url_to_fs(run_dir)
+    manifest = f"{root.rstrip('/')}/manifest.json"
+    if not fs.exists(manifest):
+        raise FileNotFoundError(f"{run_dir} has no manifest.json: is it the output folder of `curate run`?")
+    last = sorted(read_json(fs, manifest)["stages"])[-1]
+    parts = sorted(fs.glob(f"{root.rstrip('/')}/{last}/part-*.parquet"))
+    if not parts:
+        raise FileNotFoundError(f"{run_dir}/{last} has no parts: did the run finish?")
+    return parts
+
+
+def train_tokenizer(texts, vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    return tokenizer
+
+
+def tokenize_run(run_dir: str, tokenizer_path: str | None = None, vocab_size: int = 8192, batch_size: int = 1024) -> dict:
+    """Write RUN/tokens/part-*.parquet, tokenizer.json and stats.json; returns the stats."""
+    from tokenizers import Tokenizer
+
+    fs, root = fsspec.core.url_to_fs(run_dir)
+    root = root.rstrip("/")
+    parts = curated_parts(run_dir)
+    out = f"{root}/{TOKENS_DIR}"
+    fs.makedirs(out, exist_ok=True)
+
+    def texts():
+        for part in parts:
+            yield from read_parquet(fs, part)["text"].to_pylist()
+
+    if tokenizer_path:
+        tokenizer = Tokenizer.from_file(tokenizer_path)
+    else:
+        tokenizer = train_tokenizer(texts(), vocab_size)
+    if tokenizer.token_to_id(EOS) is None:
+        raise ValueError(f"tokenizer {tokenizer_path} has no {EOS} token to separate documents")
+    write_text_atomic(fs, f"{out}/{TOKENIZER_FILE}", tokenizer.to_str())
+
+    docs, tokens = Counter(), Counter()
+    for part in parts:
+        table = read_parquet(fs, part)
+        ids, sources, encoded = [], [], []
+        for start in range(0, table.num_rows, batch_size):
+            chunk = table.slice(start, batch_size)
+            encoded += [e.ids for e in tokenizer.encode_batch(chunk["text"].to_pylist())]
+            ids += chunk["id"].to_pylist()
+            sources += chunk["source"].to_pylist()
+        counts = [len(e) for e in encoded]
+        for source, count in zip(sources, counts):
+            docs[source] += 1
+            tokens[source] += count
+        shard = pa.table({"id": ids, "source": sources, "tokens": encoded, "n_tokens": counts}, schema=TOKEN_SCHEMA)
+        write_parquet_atomic(fs, f"{out}/{Path(part).name}", shard)
+    stats = {
+        "tokenizer": TOKENIZER_FILE,
+        "vocab_size": tokenizer.get_vocab_size(),
+        "eos_id": tokenizer.token_to_id(EOS),
+        "sources": {s: {"documents": docs[s], "tokens": tokens[s]} for s in sorted(docs)},
+    }
+    write_json_atomic(fs, f"{out}/stats.json", stats)
+    return stats

@@ -1,0 +1,82 @@
+"""Checkpoints with torch.distributed.checkpoint: sharded model + optimizer, plus the train state as JSON.
+
+A checkpoint is written to `step-N.tmp/` and renamed to `step-N/` by rank 0 once every rank has written
+and the train state is on disk, so a folder named `step-N` is always complete; a killed save leaves only a
+`.tmp` folder, which is never loaded and is removed by the next save. DCP reshards on load, so a
+checkpoint taken on 2 ranks loads on 1 (or 8).
+"""
+
+import base64
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+STATE_FILE = "train_state.json"
+_STEP_DIR = re.compile(r"step-(\d+)")
+
+
+def rng_state() -> dict:
+    state = {"cpu": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode("ascii")}
+    if torch.cuda.is_available():
+        state["cuda"] = base64.b64encode(torch.cuda.get_rng_state().numpy().tobytes()).decode("ascii")
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(torch.frombuffer(bytearray(base64.b64decode(state["cpu"])), dtype=torch.uint8))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(torch.frombuffer(bytearray(base64.b64decode(state["cuda"])), dtype=torch.uint8))
+
+
+def latest(folder: str | Path) -> Path | None:
+    """The newest complete checkpoint (a renamed step-N folder with its train state), if any."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    complete = [p for p in folder.iterdir() if _STEP_DIR.fullmatch(p.name) and (p / STATE_FILE).is_file()]
+    return max(complete, key=lambda p: int(_STEP_DIR.fullmatch(p.name).group(1)), default=None)
+
+
+def save(folder: str | Path, step: int, model, optimizer, train_state: dict, keep: int) -> Path:
+    folder = Path(folder)
+    final, tmp = folder / f"step-{step:08d}", folder / f"step-{step:08d}.tmp"
+    rank = dist.get_rank()
+    if rank == 0:
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob("*.tmp"):
+            shutil.rmtree(stale)
+    dist.barrier()
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp))
+    dist.barrier()
+    if rank == 0:
+        state_path = tmp / STATE_FILE
+        with open(state_path, "w") as handle:
+            json.dump({**train_state, "step": step, "rng": rng_state()}, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.rename(tmp, final)
+        steps = sorted((p for p in folder.iterdir() if _STEP_DIR.fullmatch(p.name)), key=lambda p: p.name)
+        for old in steps[:-keep]:
+            shutil.rmtree(old)
+    dist.barrier()
+    return final
+
+
+def load(path: str | Path, model, optimizer) -> dict:
+    """Load model and optimizer in place (resharding as needed) and return the train state."""
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optim": optim_state}
+    dcp.load(state, checkpoint_id=str(path))
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    with open(Path(path) / STATE_FILE) as handle:
+        train_state = json.load(handle)
+    set_rng_state(train_state["rng"])
+    return train_state

@@ -1,0 +1,75 @@
+"""Training configuration: a named model size plus optimization, data and logging settings, validated at load."""
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from training.model import MODEL_CONFIGS, ModelConfig
+
+
+class TrainConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field("tiny", description=f"one of {sorted(MODEL_CONFIGS)}")
+    model_overrides: dict = Field(default_factory=dict, description="ModelConfig fields to change, e.g. n_layers")
+    seq_len: int = Field(128, gt=0)
+    global_batch: int = Field(8, gt=0, description="sequences per optimizer step, over all ranks")
+    micro_batch: int = Field(2, gt=0, description="sequences per rank per forward/backward")
+    steps: int = Field(40, gt=0)
+    lr: float = Field(3e-3, gt=0)
+    min_lr: float = Field(3e-4, ge=0)
+    warmup: int = Field(5, ge=0)
+    schedule: Literal["cosine", "wsd", "constant"] = "cosine"
+    decay_frac: float = Field(0.2, ge=0, le=1, description="WSD: fraction of steps spent decaying")
+    weight_decay: float = Field(0.1, ge=0)
+    beta1: float = 0.9
+    beta2: float = 0.95
+    clip: float = Field(1.0, gt=0)
+    seed: int = 0
+    dtype: Literal["auto", "bf16", "fp32"] = Field("auto", description="auto: bf16 params on CUDA, fp32 on CPU")
+    activation_checkpointing: bool = False
+    compile: bool = False
+    log_every: int = Field(1, gt=0)
+    checkpoint_every: int = Field(20, gt=0)
+    keep_checkpoints: int = Field(2, gt=0)
+    lineage_every: int = Field(0, ge=0, description="write the documents of every N-th step's batch; 0: never")
+    spike_sigma: float = Field(6.0, gt=0, description="a loss this many std above the recent mean logs its documents")
+
+    @model_validator(mode="after")
+    def known_model(self):
+        if self.model not in MODEL_CONFIGS:
+            raise ValueError(f"model {self.model!r} is not one of {sorted(MODEL_CONFIGS)}")
+        return self
+
+    def model_config_for(self, vocab_size: int) -> ModelConfig:
+        base = MODEL_CONFIGS[self.model]
+        return replace(base, **{"vocab_size": vocab_size, "max_seq_len": max(base.max_seq_len, self.seq_len), **self.model_overrides})
+
+
+PRESETS = {
+    "tiny": {"model": "tiny"},
+    "small": {"model": "small", "seq_len": 1024, "global_batch": 64, "micro_batch": 8, "lr": 1e-3, "min_lr": 1e-4, "warmup": 200},
+    "1b": {"model": "1b", "seq_len": 2048, "global_batch": 256, "micro_batch": 4, "lr": 4e-4, "min_lr": 4e-5, "warmup": 2000,
+           "activation_checkpointing": True},
+}  # fmt: skip
+
+
+def load_config(name_or_path: str, **overrides) -> TrainConfig:
+    """A preset name (tiny|small|1b) or a YAML file of TrainConfig fields; CLI overrides win."""
+    if name_or_path in PRESETS:
+        data = dict(PRESETS[name_or_path])
+    else:
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ValueError(f"--config {name_or_path!r} is neither a preset {sorted(PRESETS)} nor a file")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: a training config is a mapping of TrainConfig fields")
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as error:
+        lines = [f"  {'.'.join(str(p) for p in item['loc']) or '(config)'}: {item['msg']}" for item in error.errors()]
+        raise ValueError(f"invalid training config {name_or_path}\n" + "\n".join(lines)) from None

@@ -1,0 +1,96 @@
+"""Training metrics: JSONL on rank 0 (and TensorBoard when installed), MFU, loss-spike detection, `load()`."""
+
+import json
+import math
+import resource
+from collections import deque
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+METRICS_FILE = "metrics.jsonl"
+EVENTS_FILE = "events.jsonl"
+# dense BF16 tensor-core peak per device, FLOP/s
+PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "B200": 2250e12, "L40S": 362e12}
+
+
+def peak_flops(device: torch.device) -> tuple[str, float | None]:
+    """(device name, peak FLOP/s) or (name, None) when the table does not know it."""
+    if device.type != "cuda":
+        return "cpu", None
+    name = torch.cuda.get_device_name(device)
+    for key, flops in PEAK_BF16_FLOPS.items():
+        if key in name.upper():
+            return name, flops
+    return name, None
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+class SpikeDetector:
+    """A loss that is NaN/inf, or more than `sigma` std above the mean of the last `window` losses."""
+
+    def __init__(self, sigma: float, window: int = 50, warmup: int = 10):
+        self.sigma, self.warmup = sigma, warmup
+        self.recent: deque[float] = deque(maxlen=window)
+
+    def __call__(self, loss: float) -> str | None:
+        if not math.isfinite(loss):
+            return "nan"
+        verdict = None
+        if len(self.recent) >= self.warmup:
+            mean = sum(self.recent) / len(self.recent)
+            std = (sum((x - mean) ** 2 for x in self.recent) / len(self.recent)) ** 0.5
+            if loss > mean + self.sigma * max(std, 1e-8):
+                verdict = "spike"
+        self.recent.append(loss)
+        return verdict
+
+
+class MetricsWriter:
+    """Appends one JSON object per logged step; rank 0 only."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+        self.tensorboard = None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tensorboard = SummaryWriter(str(out / "tensorboard"))
+        except ImportError:
+            pass
+
+    def log(self, record: dict) -> None:
+        with open(self.out / METRICS_FILE, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+        if self.tensorboard:
+            for key, value in record.items():
+                if isinstance(value, dict):
+                    for sub, number in value.items():
+                        if isinstance(number, (int, float)):
+                            self.tensorboard.add_scalar(f"{key}/{sub}", number, record["step"])
+                elif isinstance(value, (int, float)) and key != "step":
+                    self.tensorboard.add_scalar(key, value, record["step"])
+
+    def event(self, record: dict) -> None:
+        with open(self.out / EVENTS_FILE, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def close(self) -> None:
+        if self.tensorboard:
+            self.tensorboard.close()
+
+
+def load(run_dir: str) -> pd.DataFrame:
+    """One row per logged step; dict-valued metrics become `name.key` columns (e.g. `loss_per_source.web`)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no {METRICS_FILE} in {run_dir}: is it the --out folder of `train`?")
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return pd.json_normalize(records)

@@ -1,0 +1,150 @@
+"""A Llama-style decoder: RMSNorm, RoPE, SwiGLU, grouped-query attention, tied or untied embeddings."""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from training.attention import _sdpa
+
+
+@dataclass
+class ModelConfig:
+    dim: int = 256
+    n_layers: int = 4
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    vocab_size: int = 8192
+    ffn_hidden: int = 688
+    max_seq_len: int = 256
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = True
+
+    def __post_init__(self):
+        if self.dim % self.n_heads or self.n_heads % self.n_kv_heads:
+            raise ValueError(f"dim {self.dim} / n_heads {self.n_heads} / n_kv_heads {self.n_kv_heads} do not divide")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+
+MODEL_CONFIGS = {
+    "tiny": ModelConfig(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_hidden=688, max_seq_len=256),
+    "small": ModelConfig(dim=768, n_layers=12, n_heads=12, n_kv_heads=4, ffn_hidden=2048, max_seq_len=1024, vocab_size=32768),
+    "1b": ModelConfig(dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, ffn_hidden=8192, max_seq_len=2048, vocab_size=128256),
+}
+
+
+def rope_tables(config: ModelConfig, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, config.head_dim, 2, device=device).float() / config.head_dim))
+    angles = torch.outer(torch.arange(config.max_seq_len, device=device).float(), inv_freq)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (batch, seq, heads, head_dim), rotating interleaved pairs."""
+    seq = x.shape[1]
+    cos, sin = cos[:seq, None, :], sin[:seq, None, :]
+    even, odd = x[..., 0::2].float(), x[..., 1::2].float()
+    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+    return rotated.type_as(x)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
+        self.wq = nn.Linear(config.dim, config.n_heads * config.head_dim, bias=False)
+        self.wk = nn.Linear(config.dim, config.n_kv_heads * config.head_dim, bias=False)
+        self.wv = nn.Linear(config.dim, config.n_kv_heads * config.head_dim, bias=False)
+        self.wo = nn.Linear(config.n_heads * config.head_dim, config.dim, bias=False)
+        self.attend = _sdpa
+
+    def forward(self, x, cos, sin):
+        batch, seq, _ = x.shape
+        q = self.wq(x).view(batch, seq, self.n_heads, self.head_dim)
+        k = self.wk(x).view(batch, seq, self.n_kv_heads, self.head_dim)
+        v = self.wv(x).view(batch, seq, self.n_kv_heads, self.head_dim)
+        out = self.attend(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)
+        return self.wo(out.reshape(batch, seq, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.w1 = nn.Linear(config.dim, config.ffn_hidden, bias=False)
+        self.w2 = nn.Linear(config.ffn_hidden, config.dim, bias=False)
+        self.w3 = nn.Linear(config.dim, config.ffn_hidden, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.attention_norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
+        self.attention = Attention(config)
+        self.ffn_norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
+        self.feed_forward = FeedForward(config)
+
+    def forward(self, x, cos, sin):
+        x = x + self.attention(self.attention_norm(x), cos, sin)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
+        self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        cos, sin = rope_tables(config)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.reset_parameters()
+
+    def init_weights(self, device: torch.device | None = None) -> None:
+        """Materialize a model built on the meta device (buffers included) and initialize it."""
+        if device is not None:
+            self.to_empty(device=device)
+        self.rope_cos, self.rope_sin = rope_tables(self.config, device=self.tok_embeddings.weight.device)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        std = 0.02
+        for name, param in self.named_parameters():
+            if param.dim() == 2:
+                scale = std / (2 * self.config.n_layers) ** 0.5 if name.endswith(("wo.weight", "w2.weight")) else std
+                nn.init.normal_(param, mean=0.0, std=scale)
+        for module in self.modules():
+            if isinstance(module, nn.RMSNorm):
+                module.reset_parameters()
+
+    def set_attention(self, attend) -> None:
+        for block in self.layers:
+            block.attention.attend = attend
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.tok_embeddings(tokens)
+        for block in self.layers:
+            x = block(x, self.rope_cos, self.rope_sin)
+        return self.output(self.norm(x))
+
+    def num_params(self, embeddings: bool = True) -> int:
+        total = sum(p.numel() for p in self.parameters())
+        if not embeddings:
+            total -= self.tok_embeddings.weight.numel()
+        return total
+
+
+def flops_per_token(config: ModelConfig, num_params: int, seq_len: int) -> float:
+    """Training FLOPs per token: 6N for the matmuls plus 12 * layers * dim * seq_len for attention (PaLM, appendix B)."""
+    return 6 * num_params + 12 * config.n_layers * config.dim * seq_len
