@@ -1,0 +1,111 @@
+"""`train` for real: torchrun with 2 CPU ranks (gloo), FSDP2, on token shards made by `curate run` + `curate tokenize`."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from curation.sources import sample
+from curation.tokenize import TOKEN_SCHEMA
+from training import metrics
+
+pytestmark = pytest.mark.slow
+SETTINGS = "seq_len: 64\nglobal_batch: 8\nmicro_batch: 2\nwarmup: 2\ndtype: fp32\nlog_every: 1\nkeep_checkpoints: 10\n"
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=cwd, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """A curated, tokenized sample run, a two-source mixture over its shards, and a training config."""
+    folder = tmp_path_factory.mktemp("train")
+    sample.generate(folder / "snapshot", pages=200, files=4, seed=5)
+    run("curation", "run", "fineweb-snapshot", "--input", str(folder / "snapshot" / "*.warc.gz"), "--output", "curated",
+        "--num-cpus", "2", cwd=folder)  # fmt: skip
+    run("curation", "tokenize", "curated", "--vocab-size", "2048", cwd=folder)
+    (folder / "two.yaml").write_text(
+        "name: two\nsources:\n"
+        "  web: {paths: ['curated/tokens/part-0000[0-2].parquet'], weight: 0.7}\n"
+        "  more: {paths: ['curated/tokens/part-00003.parquet'], weight: 0.3}\n"
+    )
+    (folder / "settings.yaml").write_text(SETTINGS)
+    return folder
+
+
+def losses(out: Path) -> dict[int, float]:
+    frame = metrics.load(str(out)).drop_duplicates("step", keep="last")
+    return dict(zip(frame.step, frame.loss))
+
+
+def test_loss_falls_on_a_repeated_batch(workdir):
+    shard = pq.read_table(workdir / "curated" / "tokens" / "part-00000.parquet").slice(0, 1)
+    tokens = shard["tokens"][0].as_py()[:64]
+    assert len(tokens) == 64
+    (workdir / "one").mkdir(exist_ok=True)
+    one = pa.table({"id": shard["id"], "source": ["web"], "tokens": [tokens], "n_tokens": [64]}, schema=TOKEN_SCHEMA)
+    pq.write_table(one, workdir / "one" / "part-00000.parquet")
+    (workdir / "repeat.yaml").write_text(
+        "name: repeat\ntokenizer: curated/tokens/tokenizer.json\nsources:\n  web: {paths: ['one/*.parquet'], weight: 1}\n"
+    )
+    run("training", "--mixture", "repeat.yaml", "--config", "settings.yaml", "--steps", "20", "--lr", "0.001",
+        "--out", "repeat", cwd=workdir)  # fmt: skip
+    curve = [loss for _, loss in sorted(losses(workdir / "repeat").items())]
+    assert len(curve) == 20
+    assert curve[-1] < 0.5 * curve[0] and max(curve[-5:]) < min(curve[:5]), curve
+
+
+def test_kill_and_resume_is_bit_identical_and_one_rank_resumes_two_rank_checkpoints(workdir):
+    common = ["training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "12", "--checkpoint-every", "4"]
+    run(*common, "--out", "whole", cwd=workdir)
+    whole = losses(workdir / "whole")
+    record = metrics.load(str(workdir / "whole")).iloc[-1]
+    assert {"loss_per_source.web", "loss_per_source.more", "tokens_per_source.web", "mfu"} <= set(record.index)
+    assert abs(record["token_share.web"] - 0.7) < 0.02
+
+    process = subprocess.Popen([sys.executable, "-m", *common, "--out", "killed"], cwd=workdir,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    first = workdir / "killed" / "checkpoints" / "step-00000004"
+    deadline = time.time() + 600
+    while not (first / "train_state.json").exists() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert (first / "train_state.json").exists(), "the run ended before its first checkpoint"
+    assert not (workdir / "killed" / "checkpoints" / "step-00000012").exists(), "the run finished before the kill"
+    resumed_from = max(int(p.name[5:]) for p in (workdir / "killed" / "checkpoints").glob("step-????????"))
+    run(*common, "--out", "killed", "--resume", cwd=workdir)
+    killed = losses(workdir / "killed")
+    after = [step for step in whole if step > resumed_from]
+    assert after and [killed[s] for s in after] == [whole[s] for s in after]
+
+    (workdir / "one-rank" / "checkpoints").mkdir(parents=True)
+    shutil.copytree(workdir / "whole" / "checkpoints" / "step-00000004", workdir / "one-rank" / "checkpoints" / "step-00000004")
+    run(*common, "--out", "one-rank", "--resume", "--ranks", "1", cwd=workdir)
+    one_rank = losses(workdir / "one-rank")
+    differences = [abs(one_rank[s] - whole[s]) / whole[s] for s in range(5, 13)]
+    print(f"\n1-rank resume of a 2-rank checkpoint: max relative loss difference over steps 5-12 = {max(differences):.2e}")
+    assert max(differences) < 1e-4
+
+
+def test_lineage_and_missing_sources_are_reported(workdir):
+    run("training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "2", "--lineage-every", "1",
+        "--out", "lineage", cwd=workdir)  # fmt: skip
+    lines = [json.loads(line) for line in (workdir / "lineage" / "lineage.jsonl").read_text().splitlines()]
+    assert [entry["step"] for entry in lines] == [1, 2]
+    assert len(lines[0]["sequences"]) == 8 and all(seq["doc_ids"] for seq in lines[0]["sequences"])
+    repo = Path(__file__).resolve().parents[1]
+    failed = subprocess.run([sys.executable, "-m", "training", "--mixture", str(repo / "mixtures" / "web70_code20.yaml")],
+                            capture_output=True, text=True, cwd=workdir)  # fmt: skip
+    assert failed.returncode == 2 and "source 'web' has no token shards" in failed.stderr
