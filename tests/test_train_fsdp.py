@@ -105,6 +105,10 @@ def test_lineage_and_missing_sources_are_reported(workdir):
     lines = [json.loads(line) for line in (workdir / "lineage" / "lineage.jsonl").read_text().splitlines()]
     assert [entry["step"] for entry in lines] == [1, 2]
     assert len(lines[0]["sequences"]) == 8 and all(seq["doc_ids"] for seq in lines[0]["sequences"])
+    run("training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "4", "--lr", "1e30", "--out", "nan",
+        cwd=workdir)  # fmt: skip
+    events = [json.loads(line) for line in (workdir / "nan" / "events.jsonl").read_text().splitlines()]
+    assert events and events[0]["event"] == "nan" and all(seq["doc_ids"] for seq in events[0]["sequences"])
     repo = Path(__file__).resolve().parents[1]
     failed = subprocess.run([sys.executable, "-m", "training", "--mixture", str(repo / "mixtures" / "web70_code20.yaml")],
                             capture_output=True, text=True, cwd=workdir)  # fmt: skip

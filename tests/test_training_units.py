@@ -52,6 +52,14 @@ def test_schedules():
     assert lr_at(90, kind="wsd", decay_frac=0.2, **kw) == pytest.approx(0.55)
 
 
+def test_spike_detector_flags_outliers_and_nan_only():
+    from training.metrics import SpikeDetector
+
+    detect = SpikeDetector(sigma=4.0, window=20, warmup=10)
+    assert [detect(3.0 + 0.01 * (i % 3)) for i in range(15)] == [None] * 15
+    assert detect(3.02) is None and detect(9.0) == "spike" and detect(float("nan")) == "nan"
+
+
 def test_deficit_sampling_is_exact_at_every_prefix():
     counts = [0, 0, 0]
     picks = choose_sources(counts, [0.7, 0.2, 0.1], 1000)

@@ -36,6 +36,7 @@ OVERRIDES = ("steps", "seq_len", "global_batch", "micro_batch", "lr", "dtype", "
 
 
 def main(argv: list[str] | None = None) -> int:
+    from training import checkpoint
     from training.config import load_config
     from training.mixture import MixtureError, load_mixture
 
@@ -48,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(mixture.tokenizer_path()).is_file():
             raise MixtureError(f"tokenizer not found: {mixture.tokenizer_path()}")
         config = load_config(args.config, **{k: getattr(args, k) for k in OVERRIDES})
+        previous = checkpoint.latest(Path(args.out) / "checkpoints")
+        if previous and not args.resume:
+            raise ValueError(f"{args.out} already holds a run (latest checkpoint {previous.name}): pass --resume to "
+                             "continue it, or choose another --out")  # fmt: skip
     except (MixtureError, ValueError) as error:
         print(f"train: {error}", file=sys.stderr)
         return 2

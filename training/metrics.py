@@ -87,10 +87,35 @@ class MetricsWriter:
             self.tensorboard.close()
 
 
+class ProgressLine:
+    """Rank 0's live line: a bar over the steps with loss, tokens/s and MFU; log lines print above it."""
+
+    def __init__(self, total: int, done: int):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.progress = Progress(
+            TextColumn("train"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]:.4f}  {task.fields[tps]:,.0f} tok/s  MFU {task.fields[mfu]}"),
+            TimeRemainingColumn(),
+        )  # fmt: skip
+        self.task = self.progress.add_task("train", total=total, completed=done, loss=float("nan"), tps=0.0, mfu="-")
+        self.progress.start()
+
+    def update(self, step: int, loss: float, tokens_per_s: float, mfu: str) -> None:
+        self.progress.update(self.task, completed=step, loss=loss, tps=tokens_per_s, mfu=mfu)
+
+    def print(self, line: str) -> None:
+        self.progress.console.print(line, highlight=False)
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
 def load(run_dir: str) -> pd.DataFrame:
     """One row per logged step; dict-valued metrics become `name.key` columns (e.g. `loss_per_source.web`)."""
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"no {METRICS_FILE} in {run_dir}: is it the --out folder of `train`?")
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return pd.json_normalize(records)
+    # a resumed run logs again the steps after its checkpoint: the last record of a step is the one that counts
+    return pd.json_normalize(records).drop_duplicates("step", keep="last").reset_index(drop=True)

@@ -17,7 +17,7 @@ from training import checkpoint
 from training.attention import choose_attention
 from training.config import TrainConfig
 from training.data import MixtureLoader
-from training.metrics import MetricsWriter, SpikeDetector, peak_flops, peak_memory_mb
+from training.metrics import MetricsWriter, ProgressLine, SpikeDetector, peak_flops, peak_memory_mb
 from training.mixture import Mixture
 from training.model import Transformer, flops_per_token
 from training.parallelize import parallelize
@@ -83,7 +83,10 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
                  f"attention {attention_name}; {world} rank(s) on {device_name} ({'NCCL' if device.type == 'cuda' else 'gloo'}); "
                  f"params {param_dtype}; grad accumulation {loader.grad_accum}"
                  + (f"; resumed from {found.name}" if found else ""))  # fmt: skip
+        if start >= config.steps:
+            log.info(f"already at step {start} of {config.steps}: nothing to train (raise --steps to continue)")
     writer = MetricsWriter(out) if rank == 0 else None
+    line = ProgressLine(config.steps, start) if rank == 0 else None
     spikes = SpikeDetector(config.spike_sigma)
     names = loader.names
     tokens_per_step = config.global_batch * config.seq_len
@@ -118,7 +121,7 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
                 entry = {"step": done, "loss": loss, "sequences": loader.last_step_documents()}
                 if verdict:
                     writer.event({**entry, "event": verdict})
-                    log.warning(f"step {done}: loss {loss:.4f} is a {verdict}; its documents are in events.jsonl")
+                    line.print(f"[yellow]step {done}: loss {loss:.4f} is a {verdict}; its documents are in events.jsonl[/]")
                 else:
                     with open(out / "lineage.jsonl", "a") as handle:
                         handle.write(json.dumps(entry) + "\n")
@@ -143,14 +146,16 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
                 }
                 writer.log(record)
                 mfu = f"{record['mfu']:.1%}" if peak else "unknown"
-                log.info(f"step {done:>6}/{config.steps}  loss {loss:.4f}  lr {lr:.2e}  grad {record['grad_norm']:.3f}  "
-                         f"{tokens_per_s:,.0f} tok/s  MFU {mfu}")  # fmt: skip
+                line.update(done, loss, tokens_per_s, mfu)
+                line.print(f"step {done:>6}/{config.steps}  loss {loss:.4f}  lr {lr:.2e}  grad {record['grad_norm']:.3f}  "
+                           f"{tokens_per_s:,.0f} tok/s  MFU {mfu}")  # fmt: skip
                 timer = time.perf_counter()
         if done % config.checkpoint_every == 0 or done == config.steps:
             checkpoint.save(out / "checkpoints", done, model, optimizer, {"data": loader.state_dict()}, config.keep_checkpoints)
 
     if writer:
         writer.close()
+        line.close()
     dist.barrier()
     dist.destroy_process_group()
     sys.stdout.flush()
