@@ -53,6 +53,33 @@ def _parser() -> argparse.ArgumentParser:
     tokenize.add_argument("--tokenizer", help="an HF tokenizers tokenizer.json to use (must have <|endoftext|>)")
     tokenize.add_argument("--vocab-size", type=int, default=8192, help="vocabulary of a newly trained tokenizer")
 
+    quality = commands.add_parser("quality", help="train or evaluate a fastText quality classifier")
+    quality_commands = quality.add_subparsers(dest="quality_command", required=True)
+    train = quality_commands.add_parser(
+        "train",
+        help="train a DCLM-style fastText classifier (word bigrams, __label__hq vs __label__cc)",
+        description="Examples come from --positive/--negative files (every document one class) or a --labelled file "
+        "(label field 1 = keep, 0 = drop); JSONL(.gz) or Parquet. A held-out split is scored and printed.",
+    )
+    train.add_argument("--positive", nargs="+", default=[], metavar="FILE")
+    train.add_argument("--negative", nargs="+", default=[], metavar="FILE")
+    train.add_argument("--labelled", nargs="+", default=[], metavar="FILE")
+    train.add_argument("--out", required=True, help="model file to write (.bin)")
+    train.add_argument("--holdout", type=float, default=0.1, help="fraction kept out of training to report scores on")
+    train.add_argument("--epoch", type=int, default=50)
+    train.add_argument("--lr", type=float, default=0.5)
+    train.add_argument("--dim", type=int, default=64)
+    train.add_argument("--word-ngrams", type=int, default=2)
+    train.add_argument("--threads", type=int, default=1, help="more is faster but not reproducible")
+    train.add_argument("--seed", type=int, default=0)
+    evaluate = quality_commands.add_parser("eval", help="accuracy, precision, recall and AUC of a model on a labelled file")
+    evaluate.add_argument("--model", required=True)
+    evaluate.add_argument("labelled", help="JSONL(.gz) or Parquet with a text field and a 0/1 label field")
+    evaluate.add_argument("--threshold", type=float, default=0.5)
+    for sub in (train, evaluate):
+        sub.add_argument("--text-field", default="text")
+        sub.add_argument("--label-field", default="label")
+
     sample = commands.add_parser("sample", help="write the deterministic sample snapshot (WARC files + truth.parquet)")
     sample.add_argument("--pages", type=int, default=SAMPLE_PAGES)
     sample.add_argument("--files", type=int, default=SAMPLE_FILES)
@@ -172,6 +199,36 @@ def cmd_tokenize(args) -> int:
     return 0
 
 
+def cmd_quality(args) -> int:
+    from curation import quality
+    from filters.langid import load_fasttext
+
+    try:
+        if args.quality_command == "eval":
+            pairs = quality.read_texts(args.labelled, args.text_field, args.label_field)
+            model = load_fasttext(Path(args.model))
+            scores = quality.score(model, [t for t, _ in pairs])
+            print(f"{args.model} on {args.labelled}: {quality.evaluate(scores, [lab for _, lab in pairs], args.threshold).line()}")
+            return 0
+        examples = [(t, 1) for f in args.positive for t, _ in quality.read_texts(f, args.text_field)]
+        examples += [(t, 0) for f in args.negative for t, _ in quality.read_texts(f, args.text_field)]
+        examples += [pair for f in args.labelled for pair in quality.read_texts(f, args.text_field, args.label_field)]
+    except (ValueError, FileNotFoundError, KeyError) as error:
+        print(f"curate: {error}", file=sys.stderr)
+        return 2
+    if len({label for _, label in examples}) < 2:
+        print("curate: training needs both positive and negative examples", file=sys.stderr)
+        return 2
+    fit, held = quality.split(examples, args.holdout, args.seed) if args.holdout > 0 else (examples, [])
+    model = quality.train(fit, args.out, epoch=args.epoch, lr=args.lr, dim=args.dim, word_ngrams=args.word_ngrams,
+                          threads=args.threads, seed=args.seed)  # fmt: skip
+    print(f"trained on {len(fit)} documents ({sum(label for _, label in fit)} positive) -> {args.out}")
+    if held:
+        scores = quality.score(model, [t for t, _ in held])
+        print(f"held-out: {quality.evaluate(scores, [label for _, label in held]).line()}")
+    return 0
+
+
 def cmd_sample(args) -> int:
     from curation.sources import sample
 
@@ -182,7 +239,7 @@ def cmd_sample(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    return {"run": cmd_run, "stats": cmd_stats, "tokenize": cmd_tokenize, "sample": cmd_sample}[args.command](args)
+    return {"run": cmd_run, "stats": cmd_stats, "tokenize": cmd_tokenize, "quality": cmd_quality, "sample": cmd_sample}[args.command](args)
 
 
 if __name__ == "__main__":

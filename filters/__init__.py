@@ -3,10 +3,11 @@
 from filters.base import Stage, StageResult
 from filters.extract import HtmlExtractor
 from filters.langid import LanguageFilter
+from filters.quality import QualityScorer
+from filters.url_filter import UrlFilter
 
 STAGES: dict[str, type[Stage]] = {
-    HtmlExtractor.name: HtmlExtractor,
-    LanguageFilter.name: LanguageFilter,
+    stage.name: stage for stage in (HtmlExtractor, LanguageFilter, UrlFilter, QualityScorer)
 }
 
-__all__ = ["STAGES", "Stage", "StageResult", "HtmlExtractor", "LanguageFilter"]
+__all__ = ["STAGES", "Stage", "StageResult", "HtmlExtractor", "LanguageFilter", "QualityScorer", "UrlFilter"]

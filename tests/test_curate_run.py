@@ -42,19 +42,19 @@ def test_real_warc_slices_end_to_end(tmp_path):
     output = tmp_path / "run"
     done = curate("run", "fineweb-snapshot", "--input", f"{SHARED_DATA}/warc/*.gz", "--output", str(output),
                   "--num-cpus", "2", "--keep-removed")  # fmt: skip
-    assert "Curation funnel" in done.stdout and "02_langid" in done.stdout
+    assert "Curation funnel" in done.stdout and "03_langid" in done.stdout
     frame = stats.load(str(output))
     read = frame[frame.stage == "00_read"].set_index("input")
     cc = read.loc[str(SHARED_DATA / "warc" / "cc-main-2020-34-sample.warc.gz")]
     assert cc.docs_out == 16
-    for stage in ("01_extract", "02_langid"):
+    for stage in ("02_extract", "03_langid"):
         rows = frame[frame.stage == stage]
         dropped = rows[[c for c in rows.columns if c.startswith("dropped_")]].sum(axis=1)
         assert ((rows.docs_out + dropped) == rows.docs_in).all(), f"{stage} lost documents"
-    extracted = sum(pq.read_table(p).num_rows for p in (output / "01_extract").glob("*.parquet"))
-    removed = sum(pq.read_table(p).num_rows for p in (output / "removed" / "01_extract").glob("*.parquet"))
+    extracted = sum(pq.read_table(p).num_rows for p in (output / "02_extract").glob("*.parquet"))
+    removed = sum(pq.read_table(p).num_rows for p in (output / "removed" / "02_extract").glob("*.parquet"))
     assert extracted + removed == read.docs_out.sum() == 16 + 1 + 1 + 22 + 15
-    kept = pq.read_table(output / "02_langid").to_pandas()
+    kept = pq.read_table(output / "03_langid").to_pandas()
     assert set(kept.language) == {"en"} and (kept.language_score >= 0.65).all()
     assert "Curation funnel" in curate("stats", str(output)).stdout
 
@@ -82,7 +82,7 @@ def test_resume_after_kill_gives_the_uninterrupted_output(snapshot_files, tmp_pa
         time.sleep(0.02)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    assert 5 <= finished < 24, f"the kill came at {finished} of 24 stage-shards: not a partial run"
+    assert 5 <= finished < 32, f"the kill came at {finished} of 32 stage-shards: not a partial run"
     before = {name: path.stat().st_mtime_ns for name, path in parts(resumed).items()}
     done_before = json.loads(manifest.read_text())["stages"]
 
@@ -108,12 +108,12 @@ def test_changed_stage_reruns_it_and_what_follows_only(snapshot_files, tmp_path)
         (Path(__file__).parents[1] / "curation/recipes/fineweb-snapshot.yaml").read_text().replace("0.65", "0.9")
     )
     rerun = curate("run", str(recipe), "--input", inputs, "--output", str(output), "--num-cpus", "2")
-    assert "resumed: 16 stage-shard(s)" in rerun.stdout
+    assert "resumed: 24 stage-shard(s)" in rerun.stdout
     after = {name: path.stat().st_mtime_ns for name, path in parts(output).items()}
-    assert [n for n in after if after[n] != before[n]] == [n for n in after if n.startswith("02_langid")]
+    assert [n for n in after if after[n] != before[n]] == [n for n in after if n.startswith("03_langid")]
     frame = stats.load(str(output))
-    assert frame[frame.stage == "02_langid"].docs_out.sum() < frame[frame.stage == "02_langid"].docs_in.sum()
-    assert (pq.read_table(output / "02_langid").to_pandas().language_score >= 0.9).all()
+    assert frame[frame.stage == "03_langid"].docs_out.sum() < frame[frame.stage == "03_langid"].docs_in.sum()
+    assert (pq.read_table(output / "03_langid").to_pandas().language_score >= 0.9).all()
 
 
 def test_a_failing_file_is_named_and_the_rest_finishes(snapshot_files, tmp_path):
@@ -130,4 +130,4 @@ def test_a_failing_file_is_named_and_the_rest_finishes(snapshot_files, tmp_path)
         ray.shutdown()
     assert [(f.stage, f.shard, f.input) for f in result.failures] == [("00_read", 1, missing)]
     assert "gone.warc.gz" in result.failures[0].error
-    assert (tmp_path / "run" / "02_langid" / "part-00000.parquet").exists()
+    assert (tmp_path / "run" / "03_langid" / "part-00000.parquet").exists()
