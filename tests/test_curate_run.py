@@ -54,6 +54,7 @@ def test_real_warc_slices_end_to_end(tmp_path):
     extracted = sum(pq.read_table(p).num_rows for p in (output / "02_extract").glob("*.parquet"))
     removed = sum(pq.read_table(p).num_rows for p in (output / "removed" / "02_extract").glob("*.parquet"))
     assert extracted + removed == read.docs_out.sum() == 16 + 1 + 1 + 22 + 15
+    assert "04_heuristics" in done.stdout
     kept = pq.read_table(output / "03_langid").to_pandas()
     assert set(kept.language) == {"en"} and (kept.language_score >= 0.65).all()
     assert "Curation funnel" in curate("stats", str(output)).stdout
@@ -82,7 +83,7 @@ def test_resume_after_kill_gives_the_uninterrupted_output(snapshot_files, tmp_pa
         time.sleep(0.02)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    assert 5 <= finished < 32, f"the kill came at {finished} of 32 stage-shards: not a partial run"
+    assert 5 <= finished < 40, f"the kill came at {finished} of 40 stage-shards: not a partial run"
     before = {name: path.stat().st_mtime_ns for name, path in parts(resumed).items()}
     done_before = json.loads(manifest.read_text())["stages"]
 
@@ -110,7 +111,7 @@ def test_changed_stage_reruns_it_and_what_follows_only(snapshot_files, tmp_path)
     rerun = curate("run", str(recipe), "--input", inputs, "--output", str(output), "--num-cpus", "2")
     assert "resumed: 24 stage-shard(s)" in rerun.stdout
     after = {name: path.stat().st_mtime_ns for name, path in parts(output).items()}
-    assert [n for n in after if after[n] != before[n]] == [n for n in after if n.startswith("03_langid")]
+    assert [n for n in after if after[n] != before[n]] == [n for n in after if n.startswith(("03_langid", "04_heuristics"))]
     frame = stats.load(str(output))
     assert frame[frame.stage == "03_langid"].docs_out.sum() < frame[frame.stage == "03_langid"].docs_in.sum()
     assert (pq.read_table(output / "03_langid").to_pandas().language_score >= 0.9).all()

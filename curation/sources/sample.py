@@ -107,7 +107,8 @@ class SampleWriter:
         for text in pydoc_data.topics.topics.values():
             for block in re.split(r"\n\s*\n", text):
                 letters = sum(ch.isalpha() or ch.isspace() for ch in block) / len(block)
-                prose = letters > 0.9 and not any(mark in block for mark in ("+--", "|", "==", ">>>"))
+                code_marks = sum(block.count(mark) for mark in '"()[]*`:=')
+                prose = letters > 0.9 and code_marks <= 2 and not any(mark in block for mark in ("+--", "|", ">>>"))
                 if len(block.split()) >= 25 and prose and not block.startswith((" ", "*")):
                     paragraphs.append(" ".join(block.split()))
         return paragraphs

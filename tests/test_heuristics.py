@@ -1,0 +1,131 @@
+"""The heuristics stage: each reason on hand-made documents, and the same decisions as datatrove's filters."""
+
+import glob
+
+import pyarrow as pa
+import pytest
+
+from curation.sources.warc import WarcReader
+from filters import HtmlExtractor
+from filters.heuristics import HeuristicFilters
+from tests.conftest import SHARED_DATA
+
+S = [
+    "The river carries fine sediment from the high mountains down to the wide delta every spring.",
+    "Farmers along the banks have relied on these seasonal floods to renew the soil of their fields.",
+    "In the old town, merchants sold wool, salt and copper tools to travellers from distant valleys.",
+    "Scholars still argue about when the first stone bridge was built across the northern channel.",
+    "A small museum near the harbour keeps maps, letters and ledgers that survived the great fire.",
+    "Each autumn the village holds a market where bakers compete to make the largest honey cake.",
+    "The railway arrived late, and with it came a slow change in how people worked and travelled.",
+    "Today the valley is known for its orchards, quiet walking paths and a remarkable choir that sings.",
+    "Visitors who climb to the ridge at dawn can see three lakes glittering below the morning mist.",
+    "Local historians have collected oral accounts from elderly residents about life before the war.",
+]
+NO_STOP_WORDS = [
+    "Bright rivers carry fine sediment across wide valleys every spring.",
+    "Farmers along green banks rely on seasonal floods for fertile soil.",
+    "Old merchants sold wool, salt, copper tools for distant travellers.",
+    "Scholars still argue about when builders finished this stone bridge.",
+    "A small museum near our harbour keeps maps, letters, ledgers today.",
+    "Each autumn villagers hold markets where bakers bake enormous cakes.",
+    "Railways arrived late, bringing slow changes in how people travelled.",
+    "Today this valley is known for orchards, quiet paths, remarkable choirs.",
+    "Visitors climbing ridges at dawn see three lakes glittering below mist.",
+    "Local historians collected oral accounts from elderly residents there.",
+]
+GOOD = "\n".join(S)
+WORDS = " ".join(S).replace(".", "").replace(",", "").split()
+LONG = " ".join(S[:4])
+CASES = {
+    None: GOOD,
+    "gopher_repetition/dup_para_frac": "\n\n".join([S[0]] * 4 + S[1:5]),
+    "gopher_repetition/dup_para_char_frac": "\n\n".join(S[3:10] + [LONG, LONG]),
+    "gopher_repetition/dup_line_frac": "\n".join([S[0]] * 5 + S[1:7]),
+    "gopher_repetition/dup_line_char_frac": "\n".join(S + [LONG, LONG]),
+    "gopher_repetition/top_2_gram": GOOD + "\n" + " ".join(["red apples"] * 120) + ".",
+    "gopher_repetition/duplicated_5_n_grams": GOOD + "\n" + " ".join(S),
+    "gopher_quality/gopher_short_doc": " ".join(S[:2]),
+    "gopher_quality/gopher_below_avg_threshold": GOOD.replace("e", " e "),
+    "gopher_quality/gopher_above_avg_threshold": "\n".join(" ".join(w + "extraordinarily" for w in s.split()) for s in S),
+    "gopher_quality/gopher_too_many_hashes": GOOD + "\n" + " ".join(f"#{w}{i}" for i, w in enumerate(WORDS[:40])),
+    "gopher_quality/gopher_too_many_ellipsis": GOOD + "\n" + " ".join(f"{w}..." for w in WORDS[:40]) + ".",
+    "gopher_quality/gopher_too_many_bullets": "\n".join("- " + s for s in S),
+    "gopher_quality/gopher_too_many_end_ellipsis": "\n".join(s[:-1] + "..." if i % 2 else s for i, s in enumerate(S)),
+    "gopher_quality/gopher_below_alpha_threshold": GOOD + "\n" + " ".join(str(i) for i in range(60)) + ".",
+    "gopher_quality/gopher_enough_stop_words": "\n".join(NO_STOP_WORDS),
+    "c4/lorem_ipsum": GOOD + "\nLorem ipsum dolor sit amet, consectetur adipiscing elit.",
+    "c4/curly_bracket": GOOD + "\nThe function returns {value} when the key is found in the table.",
+    "c4/too_few_sentences": "\n".join(S[2 * i][:-1] + ", " + S[2 * i + 1][:-1] for i in range(4)),
+    "fineweb_quality/line_punct_ratio": "\n".join(s[:-1] for s in S),
+    "fineweb_quality/short_line_ratio": GOOD + "\n" + "\n".join(" ".join(WORDS[i : i + 3]) + "." for i in range(0, 90, 3)),
+    "fineweb_quality/char_dup_ratio": GOOD + "\n" + "\n".join(["Read the full story on our website today."] * 2),
+    "fineweb_quality/list_ratio": "\n".join(
+        (" " * 10).join(WORDS[i : i + 3]) + ("." if i % 15 == 0 else "") for i in range(0, 150, 3)
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def stage() -> HeuristicFilters:
+    stage = HeuristicFilters()
+    stage.setup()
+    return stage
+
+
+def datatrove_judge():
+    """datatrove's four filters in FineWeb's order and settings, one document at a time."""
+    pytest.importorskip("datatrove", reason="the parity tests need `pip install datatrove==0.10.1` (the test extra)")
+    from datatrove.data import Document
+    from datatrove.pipeline.filters import C4QualityFilter, FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
+
+    steps = [("gopher_repetition", GopherRepetitionFilter()), ("gopher_quality", GopherQualityFilter()),
+             ("c4", C4QualityFilter(filter_no_terminal_punct=False)), ("fineweb_quality", FineWebQualityFilter())]  # fmt: skip
+
+    def judge(text: str):
+        doc = Document(text=text, id="0")
+        for name, step in steps:
+            verdict = step.filter(doc)
+            if verdict is not True:
+                return f"{name}/{verdict[1]}", None
+        return None, doc.text
+
+    return judge
+
+
+@pytest.mark.parametrize("reason", list(CASES))
+def test_each_reason_on_a_hand_made_document(stage, reason):
+    assert stage.judge(CASES[reason])[0] == reason
+
+
+def test_c4_keeps_only_good_lines_and_disabled_filters_pass():
+    text = GOOD + "\nPlease enable JavaScript to view this page properly.\nRead our privacy policy and terms of use here.\nOk."
+    result = HeuristicFilters().process(pa.table({"id": ["a", "b"], "text": [text, CASES["c4/lorem_ipsum"]]}))
+    assert result.kept.to_pylist() == [{"id": "a", "text": GOOD}]
+    assert result.dropped == {"c4/lorem_ipsum": 1}
+    lenient = HeuristicFilters(HeuristicFilters.Params(gopher_quality={"enabled": False}))
+    lenient.setup()
+    assert lenient.judge(CASES["gopher_quality/gopher_enough_stop_words"])[0] is None
+
+
+def test_same_decisions_as_datatrove_on_hand_made_documents(stage):
+    judge = datatrove_judge()
+    for reason, text in CASES.items():
+        theirs = judge(text)
+        assert theirs[0] == reason, f"datatrove says {theirs[0]} for the {reason} case"
+        ours = stage.judge(text)
+        assert ours[0] == theirs[0] and (ours[0] is not None or ours[1] == theirs[1])
+
+
+def test_same_decisions_as_datatrove_on_real_and_sample_pages(stage, sample_snapshot):
+    judge = datatrove_judge()
+    files = sorted(glob.glob(str(SHARED_DATA / "warc" / "*.gz"))) + sorted(glob.glob(str(sample_snapshot / "*.warc.gz")))
+    texts = HtmlExtractor().process(pa.concat_tables([WarcReader("x").read(f).table for f in files]))
+    texts = texts.kept["text"].to_pylist()
+    assert len(texts) >= 150
+    differ = []
+    for text in texts:
+        theirs, ours = judge(text), stage.judge(text)
+        if ours[0] != theirs[0] or (ours[0] is None and ours[1] != theirs[1]):
+            differ.append((theirs[0], ours[0], text[:80]))
+    assert not differ, f"{len(differ)} of {len(texts)} documents differ: {differ[:3]}"
