@@ -129,3 +129,21 @@ def test_same_decisions_as_datatrove_on_real_and_sample_pages(stage, sample_snap
         if ours[0] != theirs[0] or (ours[0] is None and ours[1] != theirs[1]):
             differ.append((theirs[0], ours[0], text[:80]))
     assert not differ, f"{len(differ)} of {len(texts)} documents differ: {differ[:3]}"
+
+
+@pytest.mark.parametrize(
+    "params, text, reason",
+    [
+        ({"gopher_repetition": {"enabled": False}, "gopher_quality": {"max_doc_words": 100}}, GOOD + "\n" + GOOD,
+         "gopher_quality/gopher_long_doc"),
+        ({"gopher_repetition": {"top_n_grams": [(3, 0.18)]}}, CASES["gopher_repetition/top_2_gram"], "gopher_repetition/top_3_gram"),
+        ({"gopher_repetition": {"top_n_grams": [(4, 0.16)]}}, CASES["gopher_repetition/top_2_gram"], "gopher_repetition/top_4_gram"),
+        ({"gopher_repetition": {"dup_n_grams": [(10, 0.10)]}}, CASES["gopher_repetition/duplicated_5_n_grams"],
+         "gopher_repetition/duplicated_10_n_grams"),
+        ({}, "", "gopher_repetition/empty"),
+    ],
+)  # fmt: skip
+def test_overridden_thresholds_reach_the_other_reasons(params, text, reason):
+    stage = HeuristicFilters(HeuristicFilters.Params(**params))
+    stage.setup()
+    assert stage.judge(text)[0] == reason
