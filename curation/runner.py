@@ -80,7 +80,7 @@ def run_shard(task: ShardTask) -> dict:
         else:
             table = read_parquet(fs, task.input)
             outcome = _stage(task).process(table)
-            kept, dropped, removed, extra = outcome.kept, outcome.dropped, outcome.removed, {}
+            kept, dropped, removed, extra = outcome.kept, outcome.dropped, outcome.removed, outcome.stats
             docs_in, bytes_in = table.num_rows, text_bytes(table)
         write_parquet_atomic(fs, task.output, kept)
         if task.removed and removed is not None and removed.num_rows:

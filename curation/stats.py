@@ -35,19 +35,24 @@ def load(output: str) -> pd.DataFrame:
     rows = []
     for stage in read_json(fs, path)["stages"]:
         for shard in stage["shards"]:
-            row = {"stage": stage["stage"], **{k: v for k, v in shard.items() if k != "dropped"}}
-            row.update({f"dropped_{reason}": count for reason, count in shard["dropped"].items()})
+            row = {"stage": stage["stage"]}
+            for key, value in shard.items():
+                if isinstance(value, dict):  # drop reasons and stage counters (e.g. pii_spans per entity)
+                    prefix = "dropped_" if key == "dropped" else f"{key}."
+                    row.update({f"{prefix}{name}": count for name, count in value.items()})
+                elif not isinstance(value, list):  # samples (e.g. pii_samples) stay in stats.json only
+                    row[key] = value
             rows.append(row)
     frame = pd.DataFrame(rows, columns=None if rows else ["stage", "shard", "docs_in", "docs_out", "bytes_in", "bytes_out", "seconds"])
-    dropped = [c for c in frame.columns if c.startswith("dropped_")]
-    frame[dropped] = frame[dropped].fillna(0).astype("int64")
+    counters = [c for c in frame.columns if c.startswith("dropped_") or "." in c]
+    frame[counters] = frame[counters].fillna(0).astype("int64")
     return frame
 
 
 def funnel(frame: pd.DataFrame) -> pd.DataFrame:
     """Per stage totals in run order."""
     numeric = ["docs_in", "docs_out", "bytes_in", "bytes_out", "seconds"] + [
-        c for c in frame.columns if c.startswith("dropped_")
+        c for c in frame.columns if c.startswith("dropped_") or "." in c
     ]
     totals = frame.groupby("stage", sort=True)[numeric].sum()
     totals.insert(0, "shards", frame.groupby("stage", sort=True).size())
@@ -72,4 +77,6 @@ def print_funnel(frame: pd.DataFrame, console=None) -> None:
         reasons = {c.removeprefix("dropped_"): int(row[c]) for c in row.index if c.startswith("dropped_") and row[c]}
         for reason, count in sorted(reasons.items(), key=lambda item: -item[1]):
             table.add_row(f"  - {reason}", "", f"{count:,}", "", "", "", "", "", style="dim")
+        for column in sorted(c for c in row.index if "." in c and row[c]):
+            table.add_row(f"  ~ {column}", "", "", f"{int(row[column]):,}", "", "", "", "", style="dim")
     console.print(table)

@@ -4,11 +4,12 @@ from filters.base import Stage, StageResult
 from filters.extract import HtmlExtractor
 from filters.heuristics import HeuristicFilters
 from filters.langid import LanguageFilter
+from filters.pii import PiiScrubber
 from filters.quality import QualityScorer
 from filters.url_filter import UrlFilter
 
 STAGES: dict[str, type[Stage]] = {
-    stage.name: stage for stage in (HtmlExtractor, LanguageFilter, UrlFilter, HeuristicFilters, QualityScorer)
+    stage.name: stage for stage in (HtmlExtractor, LanguageFilter, UrlFilter, HeuristicFilters, QualityScorer, PiiScrubber)
 }
 
-__all__ = ["STAGES", "Stage", "StageResult", "HeuristicFilters", "HtmlExtractor", "LanguageFilter", "QualityScorer", "UrlFilter"]
+__all__ = ["STAGES", "Stage", "StageResult", "HeuristicFilters", "HtmlExtractor", "LanguageFilter", "PiiScrubber", "QualityScorer", "UrlFilter"]

@@ -6,7 +6,7 @@ columns, splits kept from removed rows and counts drops by reason, so no stage c
 """
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import pyarrow as pa
@@ -25,12 +25,14 @@ class StageResult:
     kept: pa.Table
     dropped: dict[str, int]
     removed: pa.Table  # the dropped rows with a `drop_reason` column, for --keep-removed
+    stats: dict = field(default_factory=dict)  # stage-specific counters for stats.json (e.g. PII spans per type)
 
 
 @dataclass
 class Annotation:
     reasons: list[str | None]  # one per input row: None keeps the row
     columns: dict[str, list]  # new (or replaced) columns, one value per input row
+    stats: dict = field(default_factory=dict)
 
 
 class Stage:
@@ -71,4 +73,4 @@ class Stage:
         keep = pa.array([reason is None for reason in annotation.reasons], type=pa.bool_())
         removed_reasons = [reason for reason in annotation.reasons if reason is not None]
         removed = table.filter(pc.invert(keep)).append_column("drop_reason", pa.array(removed_reasons, pa.string()))
-        return StageResult(kept=table.filter(keep), dropped=dict(Counter(removed_reasons)), removed=removed)
+        return StageResult(table.filter(keep), dict(Counter(removed_reasons)), removed, annotation.stats)

@@ -1,0 +1,124 @@
+"""PII scrub: precision/recall on real labelled data, bad input, and that detected values never survive."""
+
+import json
+import re
+import time
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+
+from filters.pii import PATTERN_ENTITIES, PiiScrubber, windows
+from tests.conftest import SHARED_DATA, shared
+
+TAGS = {"email": "EMAIL_ADDRESS", "phone_number": "PHONE_NUMBER", "ip_address": "IP_ADDRESS",
+        "credit_card_number": "CREDIT_CARD", "ssn": "US_SSN"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def scrubber() -> PiiScrubber:
+    stage = PiiScrubber()
+    stage.setup()
+    return stage
+
+
+def score(scrubber, documents: list[tuple[str, list[tuple[str, int, int]]]]) -> dict[str, tuple[float, float, int]]:
+    """Per entity: (recall, precision, gold spans); a prediction counts when it overlaps a gold span of its type."""
+    hit, gold, correct, predicted = Counter(), Counter(), Counter(), Counter()
+    for text, spans in documents:
+        found = scrubber.find(text)
+        for entity, start, end in spans:
+            gold[entity] += 1
+            hit[entity] += any(r.entity_type == entity and r.start < end and start < r.end for r in found)
+        for r in found:
+            predicted[r.entity_type] += 1
+            correct[r.entity_type] += any(e == r.entity_type and r.start < b and a < r.end for e, a, b in spans)
+    return {e: (hit[e] / gold[e], correct[e] / max(1, predicted[e]), gold[e]) for e in gold}
+
+
+def report(name: str, scores: dict, capsys) -> None:
+    with capsys.disabled():
+        print(f"\nPII on {name}: " + "; ".join(f"{e} recall {r:.3f} precision {p:.3f} (n={n})" for e, (r, p, n) in sorted(scores.items())))
+
+
+def test_precision_recall_on_synthetic_spans(scrubber, capsys):
+    records = json.loads(shared("pii/synthetic_spans.json").read_text())
+    documents = [(r["full_text"], [(s["entity_type"], s["start_position"], s["end_position"]) for s in r["spans"]
+                                   if s["entity_type"] in PATTERN_ENTITIES]) for r in records]  # fmt: skip
+    scores = score(scrubber, documents)
+    report("synthetic_spans.json", scores, capsys)
+    assert all(recall >= 0.95 for recall, _, _ in scores.values()), scores
+
+
+def test_precision_recall_on_tagged_lines(scrubber, capsys):
+    shared("pii/tagged_lines/emails.txt")
+    documents = []
+    for path in sorted((SHARED_DATA / "pii" / "tagged_lines").glob("*.txt")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            text, spans = "", []
+            for piece in re.split(r"(<[a-z_]+>.*?</[a-z_]+>)", line):
+                tag = re.fullmatch(r"<([a-z_]+)>(.*?)</\1>", piece)
+                if tag and tag.group(1) in TAGS:
+                    spans.append((TAGS[tag.group(1)], len(text), len(text) + len(tag.group(2))))
+                text += tag.group(2) if tag else piece
+            documents.append((text, spans))
+    scores = score(scrubber, documents)
+    report("tagged_lines", scores, capsys)
+    assert all(recall >= 0.95 for recall, _, _ in scores.values()), scores
+
+
+def test_prescreen_finds_what_full_analysis_finds(scrubber):
+    records = json.loads(shared("pii/synthetic_spans.json").read_text())
+    full = PiiScrubber(PiiScrubber.Params(prescreen=False))
+    full.setup()
+    for record in records:
+        text = record["full_text"]
+        assert sorted((r.entity_type, r.start, r.end) for r in scrubber.find(text)) == sorted(
+            (r.entity_type, r.start, r.end) for r in full.find(text)
+        ), text
+
+
+def test_scrubbed_text_never_holds_a_detected_value(scrubber):
+    text = ("Write to jane.doe@example.org or call (814) 360 8593 today.\nServer 192.168.0.12 took card "
+            "4929-3813-3266-4295; SSN 284-89-3485; IBAN DE89 3704 0044 0532 0130 00.\nNothing else here.")  # fmt: skip
+    found = scrubber.find(text)
+    assert {r.entity_type for r in found} == set(PATTERN_ENTITIES)
+    scrubbed, counts = scrubber.scrub(text)
+    for r in found:
+        assert text[r.start : r.end] not in scrubbed
+    assert "<EMAIL_ADDRESS>" in scrubbed and sum(counts.values()) == 6
+    fineweb = PiiScrubber(PiiScrubber.Params(replacement="fineweb"))
+    fineweb.setup()
+    assert "email@example.com" in fineweb.scrub(text)[0] and "22.214.171.124" in fineweb.scrub(text)[0]
+
+
+def test_stage_keeps_every_document_and_counts_per_entity(scrubber):
+    table = pa.table({"id": ["a", "b", "c"], "text": ["Mail me: a.b@c.org, or b.c@d.org", "No personal data here.", None],
+                      "language": ["en", "de", None]})  # fmt: skip
+    result = scrubber.process(table)
+    assert result.kept.num_rows == 3 and result.dropped == {}
+    assert result.kept["pii_counts"].to_pylist()[0] == [("EMAIL_ADDRESS", 2)]
+    assert result.stats["pii_spans"] == {"EMAIL_ADDRESS": 2} and result.stats["pii_documents"] == {"EMAIL_ADDRESS": 1}
+    assert result.stats["pii_samples"][0]["after"] == "Mail me: <EMAIL_ADDRESS>, or <EMAIL_ADDRESS>"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1234567890 " * 5_000,
+        "9" * 300_000,
+        ("Hello мир 你好 مرحبا 123-45-6789 שלום こんにちは\n" * 5_000),
+        ("word " * 200_000) + "last@example.com",
+    ],
+    ids=["digit-words", "one-digit-run", "mixed-scripts", "long-prose"],
+)
+def test_bad_input_is_bounded(scrubber, text):
+    started = time.perf_counter()
+    scrubbed, _ = scrubber.scrub(text)
+    assert isinstance(scrubbed, str) and time.perf_counter() - started < 120
+
+
+def test_windows_cover_candidate_lines_with_context():
+    text = "intro line\nno digits here\ncall 555 123 4567 now\nafter\n\nfar away\nmail x@y.z\n"
+    spans = windows(text, 10_000)
+    assert [text[a:b] for a, b in spans] == ["no digits here\ncall 555 123 4567 now\nafter\n", "far away\nmail x@y.z\n"]
