@@ -22,7 +22,7 @@ import pyarrow as pa
 from curation.sources import sample
 from curation.sources.warc import WarcReader
 from filters import HtmlExtractor, LanguageFilter
-from filters.heuristics import HeuristicFilters
+from filters.heuristics import HeuristicFilters, datatrove_reference
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
@@ -42,31 +42,13 @@ def english_texts(folder: str, pages: int) -> tuple[list[str], str]:
     return english["text"].to_pylist(), origin
 
 
-def datatrove_block():
-    from datatrove.data import Document
-    from datatrove.pipeline.filters import C4QualityFilter, FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
-
-    steps = [("gopher_repetition", GopherRepetitionFilter()), ("gopher_quality", GopherQualityFilter()),
-             ("c4", C4QualityFilter(filter_no_terminal_punct=False)), ("fineweb_quality", FineWebQualityFilter())]  # fmt: skip
-
-    def judge(text: str):
-        doc = Document(text=text, id="0")
-        for name, step in steps:
-            verdict = step.filter(doc)
-            if verdict is not True:
-                return f"{name}/{verdict[1]}", text
-        return None, doc.text
-
-    return judge
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=3000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         texts, origin = english_texts(folder, args.pages)
-    theirs_judge = datatrove_block()
+    theirs_judge = datatrove_reference()
     ours = HeuristicFilters()
     ours.setup()
     theirs_judge(texts[0]), ours.judge(texts[0])  # warm both tokenizers

@@ -336,3 +336,25 @@ class HeuristicFilters(Stage):
             reasons.append(reason)
             texts.append(kept_text)
         return Annotation(reasons=reasons, columns={"text": texts})
+
+
+def datatrove_reference():
+    """datatrove's four filters in FineWeb's order and settings, judging one text like `HeuristicFilters.judge`.
+
+    The reference this stage is held to (tests, benchmark); needs `pip install datatrove==0.10.1`.
+    """
+    from datatrove.data import Document
+    from datatrove.pipeline.filters import C4QualityFilter, FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
+
+    steps = [("gopher_repetition", GopherRepetitionFilter()), ("gopher_quality", GopherQualityFilter()),
+             ("c4", C4QualityFilter(filter_no_terminal_punct=False)), ("fineweb_quality", FineWebQualityFilter())]  # fmt: skip
+
+    def judge(text: str) -> tuple[str | None, str]:
+        doc = Document(text=text, id="0")
+        for name, step in steps:
+            verdict = step.filter(doc)
+            if verdict is not True:
+                return f"{name}/{verdict[1]}", text
+        return None, doc.text
+
+    return judge

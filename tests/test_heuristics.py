@@ -7,7 +7,7 @@ import pytest
 
 from curation.sources.warc import WarcReader
 from filters import HtmlExtractor
-from filters.heuristics import HeuristicFilters
+from filters.heuristics import HeuristicFilters, datatrove_reference
 from tests.conftest import SHARED_DATA
 
 S = [
@@ -74,23 +74,8 @@ def stage() -> HeuristicFilters:
 
 
 def datatrove_judge():
-    """datatrove's four filters in FineWeb's order and settings, one document at a time."""
     pytest.importorskip("datatrove", reason="the parity tests need `pip install datatrove==0.10.1` (the test extra)")
-    from datatrove.data import Document
-    from datatrove.pipeline.filters import C4QualityFilter, FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
-
-    steps = [("gopher_repetition", GopherRepetitionFilter()), ("gopher_quality", GopherQualityFilter()),
-             ("c4", C4QualityFilter(filter_no_terminal_punct=False)), ("fineweb_quality", FineWebQualityFilter())]  # fmt: skip
-
-    def judge(text: str):
-        doc = Document(text=text, id="0")
-        for name, step in steps:
-            verdict = step.filter(doc)
-            if verdict is not True:
-                return f"{name}/{verdict[1]}", None
-        return None, doc.text
-
-    return judge
+    return datatrove_reference()
 
 
 @pytest.mark.parametrize("reason", list(CASES))
