@@ -27,6 +27,11 @@ def write_json_atomic(fs, path: str, data: object) -> None:
     write_text_atomic(fs, path, json.dumps(data, indent=1, sort_keys=True))
 
 
+def read_json(fs, path: str) -> dict:
+    with fs.open(path, "r") as handle:
+        return json.load(handle)
+
+
 def read_parquet(fs, path: str) -> pa.Table:
     with fs.open(path, "rb") as handle:
         return pq.read_table(handle)

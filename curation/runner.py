@@ -15,7 +15,7 @@ from importlib import metadata
 import fsspec
 
 from curation import stats as run_stats
-from curation.io import read_parquet, remove_temporaries, write_json_atomic, write_parquet_atomic
+from curation.io import read_json, read_parquet, remove_temporaries, write_json_atomic, write_parquet_atomic
 from curation.recipe import Recipe, config_hash
 from curation.schema import text_bytes
 from curation.sources.warc import WarcReader
@@ -116,7 +116,7 @@ class Manifest:
     def __init__(self, fs, root: str):
         self.fs, self.root = fs, root
         self.path = f"{root}/{MANIFEST}"
-        self.data = run_stats.read_json(fs, self.path) if fs.exists(self.path) else {"stages": {}}
+        self.data = read_json(fs, self.path) if fs.exists(self.path) else {"stages": {}}
 
     def prepare(self, stage_dir: str, stage_hash: str) -> None:
         """Forget a stage whose config changed (its hash chains in every earlier stage) and delete its parts."""

@@ -3,19 +3,12 @@
 `stats.json` is derived from the manifest after every run; `load(OUT)` gives it to notebooks as a DataFrame.
 """
 
-import json
-
 import fsspec
 import pandas as pd
 
-from curation.io import write_json_atomic
+from curation.io import read_json, write_json_atomic
 
 STATS = "stats.json"
-
-
-def read_json(fs, path: str) -> dict:
-    with fs.open(path, "r") as handle:
-        return json.load(handle)
 
 
 def write(fs, root: str, manifest: dict, stage_dirs: list[str]) -> None:

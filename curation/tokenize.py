@@ -8,10 +8,8 @@ from pathlib import Path
 
 import fsspec
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from curation.io import read_parquet, write_json_atomic, write_parquet_atomic, write_text_atomic
-from curation.stats import read_json
+from curation.io import read_json, read_parquet, write_json_atomic, write_parquet_atomic, write_text_atomic
 
 EOS = "<|endoftext|>"
 TOKEN_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("tokens", pa.list_(pa.int32())), ("n_tokens", pa.int32())])
