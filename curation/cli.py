@@ -119,13 +119,20 @@ class StageProgress:
         self.progress = progress
         self.started = time.perf_counter()
         self.docs = dict.fromkeys(stage_dirs, 0)
-        self.tasks = {d: progress.add_task(d, total=shards, docs=0, rate=0.0) for d in stage_dirs}
+        self.tasks = {d: progress.add_task(d, total=shards, docs=0, rate=0.0, unit="shards") for d in stage_dirs}
 
     def __call__(self, stage_dir: str, shard_stats: dict | None) -> None:
         if shard_stats:
             self.docs[stage_dir] += shard_stats["docs_in"]
         rate = self.docs[stage_dir] / max(1e-9, time.perf_counter() - self.started)
         self.progress.update(self.tasks[stage_dir], advance=1, docs=self.docs[stage_dir], rate=rate)
+
+    def pass_step(self, stage_dir: str, step: str, done: int, total: int) -> None:
+        """A bar per step of a duplicate stage's corpus-wide pass (tasks, not shards)."""
+        key = f"{stage_dir} {step}"
+        if key not in self.tasks:
+            self.tasks[key] = self.progress.add_task(f"  {step}", total=total, docs=0, rate=0.0, unit="tasks")
+        self.progress.update(self.tasks[key], completed=done)
 
 
 def _console() -> Console:
@@ -149,12 +156,12 @@ def cmd_run(args) -> int:
     output = args.output or f"runs/{recipe.name}"
     console.print(f"recipe [bold]{recipe.name}[/] on {len(inputs)} file(s) of snapshot {snapshot} -> {output}")
     columns = [TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("shards  {task.fields[docs]:>8,} docs  {task.fields[rate]:>7.0f} docs/s"), TimeElapsedColumn()]  # fmt: skip
+               TextColumn("{task.fields[unit]:<6}  {task.fields[docs]:>8,} docs  {task.fields[rate]:>7.0f} docs/s"), TimeElapsedColumn()]  # fmt: skip
     with Progress(*columns, console=console) as progress:
         on_shard = StageProgress(progress, recipe.stage_dirs(), len(inputs))
         result = runner.run(
             recipe, inputs, output, snapshot, keep_removed=args.keep_removed,
-            ray_address=args.ray_address, num_cpus=args.num_cpus, progress=on_shard,
+            ray_address=args.ray_address, num_cpus=args.num_cpus, progress=on_shard, on_step=on_shard.pass_step,
         )  # fmt: skip
     if result.skipped_shards:
         console.print(f"resumed: {result.skipped_shards} stage-shard(s) were already done and skipped")

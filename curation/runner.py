@@ -1,9 +1,11 @@
 """Runs a recipe on Ray, shard by shard, with atomic outputs, a manifest and resume.
 
 Ray is only the executor: `run_shard` is plain Python (read a part, run a stage, write a part) that Ray
-schedules. A shard moves to its next stage as soon as its previous one finishes, so stages overlap. The
-driver is the only writer of the manifest, and a shard counts as done only once the manifest says so:
-a run killed at any point reruns the unfinished shards into the same part names, never duplicating one.
+schedules. A shard moves to its next stage as soon as its previous one finishes, so stages overlap. A duplicate
+stage is a barrier: once every shard has reached it, its corpus-wide pass (curation/dedup.py) runs as tasks
+per shard and per partition, then its filter runs per shard again. The driver is the only writer of the
+manifest, and a shard (or pass task) counts as done only once the manifest says so: a run killed at any point
+reruns the unfinished ones into the same file names, never duplicating one.
 """
 
 import os
@@ -14,13 +16,16 @@ from importlib import metadata
 
 import fsspec
 
+from curation import dedup
 from curation import stats as run_stats
 from curation.io import read_json, read_parquet, remove_temporaries, write_json_atomic, write_parquet_atomic
 from curation.recipe import Recipe, config_hash
 from curation.schema import text_bytes
+from curation.sources.parquet_documents import ParquetReader
 from curation.sources.warc import WarcReader
 from filters import STAGES
 from filters.base import Stage
+from filters.duplicates import DuplicateFilter
 
 MANIFEST = "manifest.json"
 _STAGE_CACHE: dict[str, Stage] = {}  # per worker process: setup() runs once, not once per shard
@@ -36,6 +41,7 @@ class ShardTask:
     removed: str | None
     snapshot: str
     stage_hash: str
+    clusters: dedup.PassContext | None = None  # for a duplicate stage: where its pass left the clusters
 
 
 @dataclass
@@ -71,7 +77,10 @@ def run_shard(task: ShardTask) -> dict:
     try:
         if task.stage_index == 0:
             source = task.recipe.source
-            reader = WarcReader(task.snapshot, source.source, source.max_payload_bytes)
+            if source.kind == "parquet":
+                reader = ParquetReader(task.snapshot, source.source)
+            else:
+                reader = WarcReader(task.snapshot, source.source, source.max_payload_bytes)
             result = reader.read(task.input)
             kept, dropped, removed = result.table, dict(result.dropped), None
             extra = {"input": task.input, "input_sha256": result.sha256}
@@ -79,6 +88,8 @@ def run_shard(task: ShardTask) -> dict:
             bytes_in = fsspec.core.url_to_fs(task.input)[0].size(task.input)
         else:
             table = read_parquet(fs, task.input)
+            if task.clusters is not None:
+                table = dedup.attach_clusters(task.clusters, task.shard, table)
             outcome = _stage(task).process(table)
             kept, dropped, removed, extra = outcome.kept, outcome.dropped, outcome.removed, outcome.stats
             docs_in, bytes_in = table.num_rows, text_bytes(table)
@@ -122,12 +133,13 @@ class Manifest:
         """Forget a stage whose config changed (its hash chains in every earlier stage) and delete its parts."""
         entry = self.data["stages"].get(stage_dir)
         if entry is None or entry["config_hash"] != stage_hash:
-            for folder in (f"{self.root}/{stage_dir}", f"{self.root}/removed/{stage_dir}"):
+            for folder in (f"{self.root}/{stage_dir}", f"{self.root}/removed/{stage_dir}", f"{self.root}/work/{stage_dir}"):
                 if self.fs.exists(folder):
                     self.fs.rm(folder, recursive=True)
             self.data["stages"][stage_dir] = {"config_hash": stage_hash, "shards": {}}
         remove_temporaries(self.fs, f"{self.root}/{stage_dir}")
         remove_temporaries(self.fs, f"{self.root}/removed/{stage_dir}")
+        remove_temporaries(self.fs, f"{self.root}/work/{stage_dir}")
         self.fs.makedirs(f"{self.root}/{stage_dir}", exist_ok=True)
 
     def done(self, stage_dir: str, shard: int) -> bool:
@@ -165,6 +177,55 @@ def _init_ray(address: str | None, num_cpus: int | None) -> None:
         )
 
 
+def run_pass_task(ctx: dedup.PassContext, step: str, *args) -> dict:
+    started = time.perf_counter()
+    stats = dedup.STEPS[step](ctx, *args)
+    return {**stats, "seconds": round(time.perf_counter() - started, 4)}
+
+
+class PassFailed(RuntimeError):
+    pass
+
+
+def _run_pass(ctx: dedup.PassContext, stage_dir: str, manifest: Manifest, on_step) -> None:
+    """All steps of one duplicate stage's corpus-wide pass, skipping the tasks the manifest has as done."""
+    import ray
+
+    remote = ray.remote(run_pass_task).options(num_cpus=1, max_retries=0)
+    passes = manifest.data["stages"][stage_dir].setdefault("passes", {})
+
+    def step(name: str, kind: str, ids, *args) -> dict:
+        done = passes.setdefault(name, {})
+        pending = {remote.remote(ctx, kind, *args, i): i for i in ids if str(i) not in done}
+        total = len(done) + len(pending)
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            task = pending.pop(ready[0])
+            try:
+                done[str(task)] = ray.get(ready[0])
+            except Exception as error:
+                cause = getattr(error, "cause", None) or error
+                raise PassFailed(f"{stage_dir}: step {name}, task {task} failed: {str(cause).strip().splitlines()[-1]}") from None
+            manifest.save()
+            if on_step:
+                on_step(stage_dir, name, len(done), total)
+        return done
+
+    shards, partitions = sorted(ctx.parts), range(ctx.partitions)
+    step("keys", "keys", shards)
+    step("buckets", "buckets", partitions)
+    if dedup.stage_of(ctx).verify_threshold is not None:
+        step("verify-first", "verify-first", shards)
+        step("verify-second", "verify-second", shards)
+    for round_ in range(1, dedup.MAX_ROUNDS + 1):
+        large = step(f"r{round_:03d}-large", "large", partitions, round_)
+        if all(stats["converged"] for stats in large.values()):
+            step("assign", "assign", partitions, round_)
+            return
+        step(f"r{round_:03d}-small", "small", partitions, round_)
+    raise PassFailed(f"{stage_dir}: connected components did not converge in {dedup.MAX_ROUNDS} rounds")
+
+
 def run(
     recipe: Recipe,
     inputs: list[str],
@@ -174,8 +235,10 @@ def run(
     ray_address: str | None = None,
     num_cpus: int | None = None,
     progress=None,
+    on_step=None,
 ) -> RunResult:
-    """Run (or resume) `recipe` over `inputs` into `output`; `progress` gets (stage_dir, shard_stats) per finished shard."""
+    """Run (or resume) `recipe` over `inputs` into `output`; `progress` gets (stage_dir, shard_stats) per finished
+    shard, `on_step` (stage_dir, step, done, total) per finished task of a duplicate stage's pass."""
     import ray
 
     fs, root = fsspec.core.url_to_fs(output)
@@ -196,50 +259,100 @@ def run(
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     prefix = "" if protocol in ("file", "local") else f"{protocol}://"
     result = RunResult(output=output)
+    barriers = {i + 1 for i, spec in enumerate(recipe.stages) if issubclass(STAGES[spec.stage], DuplicateFilter)}
+    passes: dict[int, dedup.PassContext] = {}
+
+    def part(stage_index: int, shard: int) -> str:
+        return f"{prefix}{root}/{stage_dirs[stage_index]}/{part_name(shard)}"
 
     def submit(stage_index: int, shard: int):
-        stage_dir = stage_dirs[stage_index]
         task = ShardTask(
             recipe=recipe,
             stage_index=stage_index,
             shard=shard,
-            input=inputs[shard] if stage_index == 0 else f"{prefix}{root}/{stage_dirs[stage_index - 1]}/{part_name(shard)}",
-            output=f"{prefix}{root}/{stage_dir}/{part_name(shard)}",
-            removed=f"{prefix}{root}/removed/{stage_dir}/{part_name(shard)}" if keep_removed else None,
+            input=inputs[shard] if stage_index == 0 else part(stage_index - 1, shard),
+            output=part(stage_index, shard),
+            removed=f"{prefix}{root}/removed/{stage_dirs[stage_index]}/{part_name(shard)}" if keep_removed else None,
             snapshot=snapshot,
             stage_hash=hashes[stage_index],
+            clusters=passes.get(stage_index),
         )
         cpus = 1.0 if stage_index == 0 else STAGES[recipe.stages[stage_index - 1].stage].num_cpus
-        return remote_shard.options(num_cpus=cpus, max_retries=0).remote(task), task
+        pending[remote_shard.options(num_cpus=cpus, max_retries=0).remote(task)] = task
 
-    pending = {}
-    for shard in range(len(inputs)):
-        stage_index = 0
+    pending: dict = {}
+    waiting: dict[int, list[int]] = {}  # barrier stage -> shards that reached it
+
+    def advance(stage_index: int, shard: int) -> None:
+        """Submit the shard's next unfinished stage, or park it at a duplicate stage whose pass has not run."""
         while stage_index < len(stage_dirs) and manifest.done(stage_dirs[stage_index], shard):
             if progress:
                 progress(stage_dirs[stage_index], None)
             result.skipped_shards += 1
             stage_index += 1
-        if stage_index < len(stage_dirs):
-            ref, task = submit(stage_index, shard)
-            pending[ref] = task
+        if stage_index == len(stage_dirs):
+            return
+        if stage_index in barriers and stage_index not in passes:
+            waiting.setdefault(stage_index, []).append(shard)
+        else:
+            submit(stage_index, shard)
 
-    while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1)
-        task = pending.pop(ready[0])
-        stage_dir = stage_dirs[task.stage_index]
-        try:
-            shard_stats = ray.get(ready[0])
-        except Exception as error:
-            cause = getattr(error, "cause", None) or error
-            result.failures.append(ShardFailure(stage_dir, task.shard, task.input, str(cause).strip().splitlines()[-1]))
+    for shard in range(len(inputs)):
+        advance(0, shard)
+    while pending or waiting:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            task = pending.pop(ready[0])
+            stage_dir = stage_dirs[task.stage_index]
+            try:
+                shard_stats = ray.get(ready[0])
+            except Exception as error:
+                cause = getattr(error, "cause", None) or error
+                result.failures.append(ShardFailure(stage_dir, task.shard, task.input, str(cause).strip().splitlines()[-1]))
+                continue
+            manifest.record(stage_dir, shard_stats)
+            if progress:
+                progress(stage_dir, shard_stats)
+            advance(task.stage_index + 1, task.shard)
+        if not waiting:
+            break
+        barrier = min(waiting)
+        stage_dir = stage_dirs[barrier]
+        if result.failures:
+            failed = ", ".join(f"shard {f.shard} failed at {f.stage}" for f in result.failures)
+            reason = f"not run: dedup needs every shard, and {failed}; fix that input and rerun"
+            for shard in waiting.pop(barrier):
+                result.failures.append(ShardFailure(stage_dir, shard, part(barrier - 1, shard), reason))
             continue
-        manifest.record(stage_dir, shard_stats)
-        if progress:
-            progress(stage_dir, shard_stats)
-        if task.stage_index + 1 < len(stage_dirs):
-            ref, next_task = submit(task.stage_index + 1, task.shard)
-            pending[ref] = next_task
+        entry = manifest.data["stages"][stage_dir]
+        if "partitions" not in entry:  # fixed on the first attempt, so a resumed pass keeps its file layout
+            spec = recipe.build(barrier - 1)
+            keys_per_doc = getattr(spec.params, "bands", 1)
+            docs = sum(s["docs_out"] for s in manifest.data["stages"][stage_dirs[barrier - 1]]["shards"].values())
+            entry["partitions"] = max(1, -(-docs * keys_per_doc // spec.params.partition_records))
+        passes[barrier] = dedup.PassContext(
+            recipe=recipe,
+            stage_index=barrier - 1,
+            stage_hash=hashes[barrier],
+            work=f"{prefix}{root}/work/{stage_dir}",
+            parts={shard: part(barrier - 1, shard) for shard in range(len(inputs))},
+            partitions=entry["partitions"],
+        )
+        try:
+            _run_pass(passes[barrier], stage_dir, manifest, on_step)
+        except PassFailed as error:
+            for shard in waiting.pop(barrier):
+                result.failures.append(ShardFailure(stage_dir, shard, part(barrier - 1, shard), str(error)))
+            continue
+        for shard in waiting.pop(barrier):
+            submit(barrier, shard)
 
+    for barrier in barriers:  # a finished pass's files are no longer needed; its stats stay in the manifest
+        entry = manifest.data["stages"][stage_dirs[barrier]]
+        if "passes" in entry and all(manifest.done(stage_dirs[barrier], shard) for shard in range(len(inputs))):
+            if fs.exists(f"{root}/work/{stage_dirs[barrier]}"):
+                fs.rm(f"{root}/work/{stage_dirs[barrier]}", recursive=True)
+            entry["pass_stats"] = run_stats.summarize_pass(entry.pop("passes"))
+            manifest.save()
     run_stats.write(fs, root, manifest.data, stage_dirs)
     return result

@@ -11,11 +11,31 @@ from curation.io import read_json, write_json_atomic
 STATS = "stats.json"
 
 
+def summarize_pass(passes: dict) -> dict:
+    """Per step of a duplicate stage's pass: tasks, seconds and every counter summed over its tasks."""
+    summary = {}
+    for step, tasks in passes.items():
+        totals: dict = {"tasks": len(tasks)}
+        for stats in tasks.values():
+            for key, value in stats.items():
+                if isinstance(value, dict):
+                    merged = totals.setdefault(key, {})
+                    for name, count in value.items():
+                        merged[name] = merged.get(name, 0) + count
+                elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                    totals[key] = round(totals.get(key, 0) + value, 4)
+        summary[step] = totals
+    return summary
+
+
 def write(fs, root: str, manifest: dict, stage_dirs: list[str]) -> None:
     stages = []
     for stage_dir in stage_dirs:
-        shards = manifest["stages"].get(stage_dir, {}).get("shards", {})
+        entry = manifest["stages"].get(stage_dir, {})
+        shards = entry.get("shards", {})
         stages.append({"stage": stage_dir, "shards": [shards[key] for key in sorted(shards, key=int)]})
+        if "passes" in entry or "pass_stats" in entry:
+            stages[-1]["pass"] = entry.get("pass_stats") or summarize_pass(entry["passes"])
     write_json_atomic(fs, f"{root}/{STATS}", {"recipe": manifest.get("recipe", {}).get("name"), "stages": stages})
 
 

@@ -1,15 +1,19 @@
 """Curation stages: one file per stage, each a small class over `pyarrow.Table`, free of Ray."""
 
 from filters.base import Stage, StageResult
+from filters.dedup_exact import ExactDedup
 from filters.extract import HtmlExtractor
 from filters.heuristics import HeuristicFilters
 from filters.langid import LanguageFilter
+from filters.minhash import MinhashDedup
 from filters.pii import PiiScrubber
 from filters.quality import QualityScorer
 from filters.url_filter import UrlFilter
 
 STAGES: dict[str, type[Stage]] = {
-    stage.name: stage for stage in (HtmlExtractor, LanguageFilter, UrlFilter, HeuristicFilters, QualityScorer, PiiScrubber)
+    stage.name: stage for stage in (
+        HtmlExtractor, LanguageFilter, UrlFilter, HeuristicFilters, QualityScorer, PiiScrubber, ExactDedup, MinhashDedup
+    )
 }
 
-__all__ = ["STAGES", "Stage", "StageResult", "HeuristicFilters", "HtmlExtractor", "LanguageFilter", "PiiScrubber", "QualityScorer", "UrlFilter"]
+__all__ = ["STAGES", "Stage", "StageResult", "ExactDedup", "MinhashDedup", "HeuristicFilters", "HtmlExtractor", "LanguageFilter", "PiiScrubber", "QualityScorer", "UrlFilter"]

@@ -53,10 +53,13 @@ class Stage:
     def annotate(self, table: pa.Table) -> Annotation:
         raise NotImplementedError
 
-    def process(self, table: pa.Table) -> StageResult:
+    def ready(self) -> None:
         if not self._ready:
             self.setup()
             self._ready = True
+
+    def process(self, table: pa.Table) -> StageResult:
+        self.ready()
         missing = [c for c in self.requires if c not in table.column_names]
         if missing:
             raise ValueError(f"stage {self.name!r} needs columns {missing}; the table has {table.column_names}")

@@ -16,7 +16,9 @@ def write(tmp_path, text: str):
 def test_builtin_fineweb_snapshot_recipe():
     recipe = load_recipe("fineweb-snapshot")
     assert "fineweb-snapshot" in builtin_recipes()
-    assert recipe.stage_dirs() == ["00_read", "01_url_filter", "02_extract", "03_langid", "04_heuristics", "05_pii"]
+    assert recipe.stage_dirs() == [
+        "00_read", "01_url_filter", "02_extract", "03_langid", "04_heuristics", "05_dedup_exact", "06_minhash", "07_pii"
+    ]
     extract, langid = recipe.build(1), recipe.build(2)
     assert isinstance(extract, HtmlExtractor) and extract.params.backend == "trafilatura"
     assert isinstance(langid, LanguageFilter) and langid.params.languages == ["en"] and langid.params.min_score == 0.65

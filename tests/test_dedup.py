@@ -1,0 +1,207 @@
+"""Dedup stages on plain tables and the corpus-wide pass's steps on local files, without Ray."""
+
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from datasketch import LeanMinHash, MinHash
+from pydantic import ValidationError
+
+from curation import dedup
+from curation.io import read_parquet
+from curation.recipe import parse_recipe
+from curation.sources.parquet_documents import ParquetReader
+from filters.dedup_exact import ExactDedup
+from filters.duplicates import MAX_PRIORITY, size_bucket
+from filters.minhash import MinhashDedup, MinHasher, MinhashParams, band_keys
+from filters.normalization import normalize_batch
+
+TEXTS = [
+    "",
+    "one",
+    "two words",
+    "exactly five words right here",
+    "Ünïcödé wörds, ünïcödé wörds — and 字 漢字 テキスト with emoji 🙂 too and more",
+    " ".join(["supercalifragilisticexpialidocious-and-a-very-long-token-indeed"] * 9),  # shingles over 55 and 119 bytes
+    " ".join(random.Random(0).choices(["alpha", "beta", "gamma", "delta", "x"], k=700)),
+]
+
+
+@pytest.mark.parametrize("scheme", ["affine32", "legacy"])
+def test_signatures_are_datasketchs_bit_for_bit(scheme):
+    normalized = normalize_batch(TEXTS, "whitespace")
+    signatures, _, _ = MinHasher(num_perm=112, seed=7, scheme=scheme, ngram=5).signatures(normalized)
+    for text, signature in zip(normalized, signatures):
+        words = text.split(" ") if text else []
+        shingles = [" ".join(words[i : i + 5]).encode() for i in range(len(words) - 4)] or ([text.encode()] if text else [])
+        reference = MinHash.bulk([shingles], num_perm=112, seed=7, scheme=scheme)[0]
+        assert np.array_equal(reference.hashvalues.astype(np.uint64), signature.astype(np.uint64)), text[:40]
+        rebuilt = LeanMinHash(seed=7, hashvalues=signature, scheme=scheme)
+        assert rebuilt.jaccard(reference) == 1.0
+
+
+def test_normalization_modes():
+    text = "  Héllo,\tWORLD!\n\n2024 was_here  "
+    assert normalize_batch([text], "whitespace") == ["Héllo, WORLD! 2024 was_here"]
+    assert normalize_batch([text], "lower") == ["héllo, world! 2024 was_here"]
+    assert normalize_batch([text, None, "a\ue000b"], "fineweb") == ["hello world 0000 washere", "", "a b"]
+
+
+def test_band_keys_collide_exactly_when_a_band_agrees():
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 2**32, size=(1, 112), dtype=np.uint32)
+    b = rng.integers(0, 2**32, size=(1, 112), dtype=np.uint32)
+    b[0, 24:32] = a[0, 24:32]  # band 3 of 14 x 8
+    keys = band_keys(np.vstack([a, b]), 14, 8)
+    assert [bool(x) for x in keys[0] == keys[1]] == [band == 3 for band in range(14)]
+
+
+def test_minhash_params_are_validated_and_bands_can_follow_the_threshold():
+    with pytest.raises(ValidationError, match="exceeds num_perm"):
+        MinhashParams(bands=20, rows=8)
+    with pytest.raises(ValidationError, match="both bands and rows"):
+        MinhashParams(bands=None)
+    chosen = MinhashParams(bands=None, rows=None, threshold=0.8, num_perm=128)
+    assert (chosen.bands, chosen.rows) == (9, 13)  # what datasketch's MinHashLSH(threshold=0.8, num_perm=128) picks
+    assert abs((1 / chosen.bands) ** (1 / chosen.rows) - 0.8) < 0.05  # the S-curve turns at the threshold
+    with pytest.raises(Exception, match=r"stages\[0\]\.params\.bands"):
+        parse_recipe({"name": "x", "stages": [{"stage": "minhash", "params": {"bands": 0}}]}, "x.yaml")
+
+
+def test_exact_keys_follow_the_normalization():
+    table = pa.table({"id": list("abcd"), "text": ["Same text.", "same   text.", "Same text.\n", ""]})
+    keys = ExactDedup(ExactDedup.Params()).candidate_keys(table)
+    assert keys.rows.tolist() == [0, 1, 2] and keys.stats == {"empty_text": 1}
+    assert keys.keys[0] == keys.keys[2] != keys.keys[1]
+    lower = ExactDedup(ExactDedup.Params(normalization="lower")).candidate_keys(table)
+    assert lower.keys[0] == lower.keys[1] == lower.keys[2]
+
+
+def test_minhash_keys_and_shingles_per_row():
+    table = pa.table({"id": ["a", "b", "c"], "text": ["one two three four five six", "", "one two three four five six"]})
+    stage = MinhashDedup(MinhashDedup.Params(verify=True))
+    keys = stage.candidate_keys(table)
+    assert keys.rows.tolist() == [0] * 14 + [2] * 14 and keys.bands.tolist() == list(range(14)) * 2
+    assert np.array_equal(keys.keys[:14], keys.keys[14:])
+    assert [len(s) for s in keys.shingles] == [2, 0, 2] and keys.stats["empty_text"] == 1
+
+
+def test_filter_keeps_one_per_cluster_and_reports_clusters():
+    table = pa.table({
+        "id": list("abcdef"), "text": list("abcdef"), "url": [f"https://x/{c}" for c in "abcdef"],
+        "dup_cluster": pa.array([32, 32, None, 32, 5, 5], pa.int64()),
+        "dup_cluster_size": pa.array([3, 3, 1, 3, 2, 2], pa.int32()),
+        "dup_keep": [True, False, True, False, False, True],
+    })  # fmt: skip
+    result = MinhashDedup().process(table)
+    assert result.kept["id"].to_pylist() == ["a", "c", "f"] and "dup_keep" not in result.kept.column_names
+    assert result.dropped == {"near_duplicate": 3}
+    assert result.stats["cluster_sizes"] == {"3": 1, "2": 1}
+    [sample] = result.stats["cluster_samples"]  # cluster 32 hashes into the sample, 5 does not
+    assert sample["cluster"] == 32 and [m["id"] for m in sample["members"]] == ["a", "b", "d"]
+    assert [size_bucket(n) for n in (2, 3, 4, 7, 8, 100)] == ["2", "3", "4-7", "4-7", "8-15", "64-127"]
+
+
+def test_which_member_is_kept():
+    table = pa.table({"id": list("abc"), "text": ["short", "the longest text", "mid text"], "quality_score": [0.2, 0.1, 0.9]})
+    assert ExactDedup(ExactDedup.Params(keep="first")).priority(table).tolist() == [0, 0, 0]
+    longest = ExactDedup(ExactDedup.Params(keep="longest")).priority(table)
+    assert longest.argmin() == 1 and longest.max() <= MAX_PRIORITY
+    assert ExactDedup(ExactDedup.Params(keep="quality")).priority(table).argmin() == 2
+    with pytest.raises(ValueError, match="no quality stage ran before it"):
+        ExactDedup(ExactDedup.Params(keep="quality")).priority(table.drop_columns(["quality_score"]))
+
+
+def test_node_ids_carry_priority_shard_and_row():
+    nodes = dedup.node_ids(37, np.array([0, 5, 2**24 - 1]), np.array([0, MAX_PRIORITY, 1]))
+    assert dedup.node_shard(nodes).tolist() == [37] * 3 and dedup.node_row(nodes).tolist() == [0, 5, 2**24 - 1]
+    assert (nodes > 0).all() and nodes[1] > nodes[2] > nodes[0]
+    with pytest.raises(ValueError, match="rows at most"):
+        dedup.node_ids(0, np.array([2**24]), np.array([0]))
+
+
+def _components_by_the_pass(tmp_path, u, v, partitions) -> dict[int, int]:
+    """Large-star/small-star rounds and the assignment, each step a function on files as the Ray tasks run it."""
+    ctx = dedup.PassContext(recipe=None, stage_index=0, stage_hash="", work=str(tmp_path), parts={}, partitions=partitions)
+    dedup._write_edges_both_ends(ctx, "cc/r001-large/q", "seed", np.maximum(u, v), np.minimum(u, v))
+    for round_ in range(1, dedup.MAX_ROUNDS + 1):
+        if all([dedup.large_star_step(ctx, round_, q)["converged"] for q in range(partitions)]):
+            break
+        for q in range(partitions):
+            dedup.small_star_step(ctx, round_, q)
+    for q in range(partitions):
+        dedup.assign_step(ctx, round_, q)
+    assigned = dedup._read_folder(ctx, "assign", pa.schema([("node", pa.int64()), ("cluster", pa.int64()), ("size", pa.int32())]))
+    found = dict(zip(assigned["node"].to_pylist(), assigned["cluster"].to_pylist()))
+    sizes = dict(zip(assigned["node"].to_pylist(), assigned["size"].to_pylist()))
+    for node, cluster in found.items():
+        assert sizes[node] == sum(1 for c in found.values() if c == cluster)
+    return found
+
+
+def _reference_components(u, v) -> dict[int, int]:
+    parent: dict[int, int] = {}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    for a, b in zip(u.tolist(), v.tolist()):
+        ra, rb = find(a), find(b)
+        parent[max(ra, rb)] = min(ra, rb)
+    return {x: find(x) for x in parent}
+
+
+@pytest.mark.parametrize("shape", ["random", "chain", "stars"])
+def test_connected_components_across_partitions_match_union_find(tmp_path, shape):
+    rng = np.random.default_rng(1)
+    nodes = rng.choice(2**40, size=600, replace=False).astype(np.int64) + 1
+    if shape == "random":
+        u, v = rng.choice(nodes, 500), rng.choice(nodes, 500)
+    elif shape == "chain":  # a long path in shuffled id order: the worst case for rounds
+        u, v = nodes[:-1], nodes[1:]
+    else:
+        u, v = nodes[rng.integers(0, 20, 580)], nodes[20:]
+    keep = u != v
+    found = _components_by_the_pass(tmp_path, u[keep], v[keep], partitions=7)
+    assert found == _reference_components(u[keep], v[keep])
+
+
+def test_local_components_reduce_edges_to_stars():
+    u, v = np.array([9, 7, 5, 30]), np.array([7, 5, 3, 20])
+    members, roots = dedup.local_components(u, v)
+    assert dict(zip(members.tolist(), roots.tolist())) == {5: 3, 7: 3, 9: 3, 30: 20}
+
+
+def test_jaccard_kernel():
+    left = pa.array([[1, 2, 3, 4], [], [5]], pa.list_(pa.uint32()))
+    right = pa.array([[2, 3, 4, 9], [], [6]], pa.list_(pa.uint32()))
+    values = dedup._jaccard(left.values.to_numpy(), left.offsets.to_numpy(), right.values.to_numpy(), right.offsets.to_numpy())
+    assert values.tolist() == [3 / 5, 1.0, 0.0]
+
+
+def test_parquet_documents_reader(tmp_path):
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "docs.parquet"
+    pq.write_table(pa.table({"text": ["a text", "", None], "url": ["u1", "u2", "u3"]}), path)
+    result = ParquetReader("CC-TEST").read(str(path))
+    assert result.table["url"].to_pylist() == ["u1"] and result.dropped == {"empty_text": 2}
+    assert result.table["snapshot"].to_pylist() == ["CC-TEST"] and len(result.table["id"][0].as_py()) == 20
+    pq.write_table(pa.table({"body": ["x"]}), tmp_path / "bad.parquet")
+    with pytest.raises(ValueError, match=r"bad.parquet: a Parquet input needs a `text` column"):
+        ParquetReader("CC-TEST").read(str(tmp_path / "bad.parquet"))
+
+
+def test_attach_clusters_marks_kept_and_dropped_rows(tmp_path):
+    ctx = dedup.PassContext(recipe=None, stage_index=0, stage_hash="", work=str(tmp_path), parts={}, partitions=1)
+    nodes = dedup.node_ids(3, np.array([0, 2, 1]), np.array([0, 0, 0]))
+    assignment = pa.table({"node": nodes, "cluster": [nodes[0]] * 3, "size": pa.array([3, 3, 3], pa.int32())})
+    dedup._write(ctx, "assign/s00003/q00000.parquet", assignment)
+    table = dedup.attach_clusters(ctx, 3, pa.table({"id": list("abcd"), "text": list("abcd")}))
+    assert table["dup_keep"].to_pylist() == [True, False, False, True]
+    assert table["dup_cluster_size"].to_pylist() == [3, 3, 3, 1]
+    assert table["dup_cluster"].to_pylist() == [nodes[0]] * 3 + [None]
+    assert read_parquet(ctx.fs, str(tmp_path / "assign/s00003/q00000.parquet")).num_rows == 3
