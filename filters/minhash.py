@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 
 from filters.duplicates import CandidateKeys, DuplicateFilter, DuplicateParams
 from filters.minhash_kernel import permutations, sha1_hash32_many, shingle_bounds, signatures
-from filters.normalization import Normalization, normalize_batch
+from filters.normalization import Normalization, normalized_bytes
 
 _FNV_PRIME = np.uint64(0x100000001B3)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -64,12 +64,9 @@ class MinHasher:
         self.num_perm, self.seed, self.scheme, self.ngram = num_perm, seed, scheme, ngram
         self.a, self.b = permutations(num_perm, seed, scheme)
 
-    def signatures(self, normalized: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(documents x num_perm uint32 signatures, shingle hashes, per-document offsets into them)."""
-        encoded = [text.encode("utf-8") for text in normalized]
-        buffer = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-        np.cumsum([len(text) for text in encoded], out=offsets[1:])
+    def signatures(self, buffer: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For the normalized documents `buffer[offsets[i]:offsets[i+1]]` (see `normalized_bytes`): documents x
+        num_perm uint32 signatures, the shingle hashes, and each document's offsets into them."""
         shingle_offsets, starts, ends = shingle_bounds(buffer, offsets, self.ngram)
         hashes = sha1_hash32_many(buffer, starts, ends)
         return signatures(hashes, shingle_offsets, self.a, self.b, self.scheme == "legacy"), hashes, shingle_offsets
@@ -101,8 +98,8 @@ class MinhashDedup(DuplicateFilter):
     def candidate_keys(self, table: pa.Table) -> CandidateKeys:
         self.ready()
         params = self.params
-        normalized = normalize_batch(table["text"].to_pylist(), params.normalization)
-        sigs, hashes, shingle_offsets = self.hasher.signatures(normalized)
+        buffer, offsets = normalized_bytes(table["text"].to_pylist(), params.normalization)
+        sigs, hashes, shingle_offsets = self.hasher.signatures(buffer, offsets)
         rows = np.flatnonzero(np.diff(shingle_offsets) > 0)
         keys = band_keys(sigs[rows], params.bands, params.rows)
         shingles = None

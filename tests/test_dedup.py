@@ -1,6 +1,8 @@
 """Dedup stages on plain tables and the corpus-wide pass's steps on local files, without Ray."""
 
 import random
+import re
+import unicodedata
 
 import numpy as np
 import pyarrow as pa
@@ -15,7 +17,8 @@ from curation.sources.parquet_documents import ParquetReader
 from filters.dedup_exact import ExactDedup
 from filters.duplicates import MAX_PRIORITY, size_bucket
 from filters.minhash import MinhashDedup, MinHasher, MinhashParams, band_keys
-from filters.normalization import normalize_batch
+from filters.normalization import normalize_batch, normalized_bytes
+from tests.conftest import SHARED_DATA
 
 TEXTS = [
     "",
@@ -31,7 +34,7 @@ TEXTS = [
 @pytest.mark.parametrize("scheme", ["affine32", "legacy"])
 def test_signatures_are_datasketchs_bit_for_bit(scheme):
     normalized = normalize_batch(TEXTS, "whitespace")
-    signatures, _, _ = MinHasher(num_perm=112, seed=7, scheme=scheme, ngram=5).signatures(normalized)
+    signatures, _, _ = MinHasher(num_perm=112, seed=7, scheme=scheme, ngram=5).signatures(*normalized_bytes(TEXTS, "whitespace"))
     for text, signature in zip(normalized, signatures):
         words = text.split(" ") if text else []
         shingles = [" ".join(words[i : i + 5]).encode() for i in range(len(words) - 4)] or ([text.encode()] if text else [])
@@ -41,11 +44,26 @@ def test_signatures_are_datasketchs_bit_for_bit(scheme):
         assert rebuilt.jaccard(reference) == 1.0
 
 
+def simplify_text(text: str) -> str:
+    """The rules of datatrove's `simplify_text` as FineWeb's MinHash uses them, one regex at a time."""
+    text = unicodedata.normalize("NFC", re.sub(r"[\u0300-\u036f]", "", unicodedata.normalize("NFD", text.lower())))
+    text = re.sub(r"\d", "0", re.sub(r"[^\w\s]|_", "", text))
+    return " ".join(text.split())
+
+
 def test_normalization_modes():
     text = "  Héllo,\tWORLD!\n\n2024 was_here  "
     assert normalize_batch([text], "whitespace") == ["Héllo, WORLD! 2024 was_here"]
     assert normalize_batch([text], "lower") == ["héllo, world! 2024 was_here"]
-    assert normalize_batch([text, None, "a\ue000b"], "fineweb") == ["hello world 0000 washere", "", "a b"]
+    assert normalize_batch([text, None, "a\ue000b", "\u00a0x\u2003y\x1f"], "fineweb") == ["hello world 0000 washere", "", "a b", "x y"]
+
+
+def test_fineweb_normalization_equals_the_regex_rules_on_many_scripts():
+    texts = list(TEXTS) + ["Ｆｕｌｌ－ｗｉｄｔｈ ＡＢＣ １２３ «quotes» — dash… ¿qué? İstanbul ΣΊΣΥΦΟΣ ٣٤ ४५ x²"]
+    folder = SHARED_DATA / "langid" / "sentences"
+    if folder.exists():
+        texts += [path.read_text() for path in sorted(folder.glob("*.txt"))]
+    assert normalize_batch(texts, "fineweb") == [simplify_text(text) for text in texts]
 
 
 def test_band_keys_collide_exactly_when_a_band_agrees():
