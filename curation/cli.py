@@ -166,6 +166,7 @@ def cmd_run(args) -> int:
     if result.skipped_shards:
         console.print(f"resumed: {result.skipped_shards} stage-shard(s) were already done and skipped")
     stats.print_funnel(stats.load(output), console)
+    stats.print_passes(stats.load_passes(output), console)
     for failure in result.failures:
         console.print(f"[red]failed[/] {failure.stage} shard {failure.shard} ({failure.input}): {failure.error}")
     if result.failures:
@@ -183,7 +184,9 @@ def cmd_stats(args) -> int:
     except FileNotFoundError as error:
         print(f"curate: {error}", file=sys.stderr)
         return 2
-    stats.print_funnel(frame, _console())
+    console = _console()
+    stats.print_funnel(frame, console)
+    stats.print_passes(stats.load_passes(args.output), console)
     return 0
 
 

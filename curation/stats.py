@@ -62,6 +62,36 @@ def load(output: str) -> pd.DataFrame:
     return frame
 
 
+def load_passes(output: str) -> dict[str, dict]:
+    """Per duplicate stage, its corpus-wide pass: per step the tasks, seconds and summed counters."""
+    fs, root = fsspec.core.url_to_fs(output)
+    stages = read_json(fs, f"{root.rstrip('/')}/{STATS}")["stages"]
+    return {stage["stage"]: stage["pass"] for stage in stages if "pass" in stage}
+
+
+def print_passes(passes: dict[str, dict], console=None) -> None:
+    """One row per step of each duplicate stage's pass, with its counters."""
+    from rich.console import Console
+    from rich.table import Table
+
+    if not passes:
+        return
+    table = Table(title="Dedup passes")
+    for column in ("stage / step", "tasks", "seconds", "counters"):
+        table.add_column(column, justify="right" if column in ("tasks", "seconds") else "left")
+    for stage, steps in passes.items():
+        table.add_row(f"[bold]{stage}[/]", "", "", "")
+        first = {"keys": "0", "buckets": "1", "verify-first": "2", "verify-second": "3", "assign": "9"}
+        for step, totals in sorted(steps.items(), key=lambda item: first.get(item[0], "5" + item[0])):
+            counters = ", ".join(
+                f"{key} {value:,}" if not isinstance(value, dict) else f"{key} {value}"
+                for key, value in totals.items() if key not in ("tasks", "seconds")
+            )  # fmt: skip
+            table.add_row(f"  {step}", str(totals["tasks"]), f"{totals.get('seconds', 0):.2f}", counters)
+    console = console or Console()
+    console.print(table)
+
+
 def funnel(frame: pd.DataFrame) -> pd.DataFrame:
     """Per stage totals in run order."""
     numeric = ["docs_in", "docs_out", "bytes_in", "bytes_out", "seconds"] + [
