@@ -326,10 +326,10 @@ def run(
             continue
         entry = manifest.data["stages"][stage_dir]
         if "partitions" not in entry:  # fixed on the first attempt, so a resumed pass keeps its file layout
-            spec = recipe.build(barrier - 1)
-            keys_per_doc = getattr(spec.params, "bands", 1)
+            params = recipe.build(barrier - 1).params
+            keys_per_doc = getattr(params, "bands", 1)
             docs = sum(s["docs_out"] for s in manifest.data["stages"][stage_dirs[barrier - 1]]["shards"].values())
-            entry["partitions"] = max(1, -(-docs * keys_per_doc // spec.params.partition_records))
+            entry["partitions"] = max(1, -(-docs * keys_per_doc // params.partition_records))
         passes[barrier] = dedup.PassContext(
             recipe=recipe,
             stage_index=barrier - 1,

@@ -59,6 +59,8 @@ def normalized_bytes(texts: list[str | None], mode: Normalization) -> tuple[np.n
 
     `whitespace`: collapse runs of whitespace. `lower`: also lowercase. `fineweb`: datatrove's `simplify_text`
     (lowercase, drop punctuation and symbols, digits to 0, strip diacritics), as FineWeb's MinHash does."""
+    if not texts:
+        return np.empty(0, dtype=np.uint8), np.zeros(1, dtype=np.int64)
     batch = _SEPARATOR.join((text or "").replace(_SEPARATOR, " ") for text in texts)
     if mode in ("lower", "fineweb"):
         batch = batch.lower()

@@ -87,6 +87,14 @@ def test_minhash_params_are_validated_and_bands_can_follow_the_threshold():
         parse_recipe({"name": "x", "stages": [{"stage": "minhash", "params": {"bands": 0}}]}, "x.yaml")
 
 
+def test_an_empty_shard_has_no_keys():
+    empty = pa.table({"id": pa.array([], pa.string()), "text": pa.array([], pa.string())})
+    assert normalize_batch([], "fineweb") == []
+    for stage in (ExactDedup(), MinhashDedup()):
+        keys = stage.candidate_keys(empty)
+        assert len(keys.rows) == len(keys.keys) == 0 and keys.stats["empty_text"] == 0
+
+
 def test_exact_keys_follow_the_normalization():
     table = pa.table({"id": list("abcd"), "text": ["Same text.", "same   text.", "Same text.\n", ""]})
     keys = ExactDedup(ExactDedup.Params()).candidate_keys(table)
@@ -223,3 +231,61 @@ def test_attach_clusters_marks_kept_and_dropped_rows(tmp_path):
     assert table["dup_cluster_size"].to_pylist() == [3, 3, 3, 1]
     assert table["dup_cluster"].to_pylist() == [nodes[0]] * 3 + [None]
     assert read_parquet(ctx.fs, str(tmp_path / "assign/s00003/q00000.parquet")).num_rows == 3
+
+
+def _dedup_in_process(tmp_path, stage_spec: dict, shards: list[pa.Table]) -> list[pa.Table]:
+    """The runner's order of pass steps, called in this process on local files: what each shard keeps."""
+    import pyarrow.parquet as pq
+
+    recipe = parse_recipe({"name": "t", "source": {"kind": "parquet"}, "stages": [stage_spec]}, "t")
+    parts = {}
+    for shard, table in enumerate(shards):
+        parts[shard] = str(tmp_path / f"in-{shard}.parquet")
+        pq.write_table(table, parts[shard])
+    ctx = dedup.PassContext(recipe, 0, str(stage_spec), str(tmp_path / "work"), parts, partitions=3)
+    for shard in parts:
+        dedup.keys_step(ctx, shard)
+    for q in range(3):
+        dedup.buckets_step(ctx, q)
+    if dedup.stage_of(ctx).verify_threshold is not None:
+        for step in (dedup.verify_first_step, dedup.verify_second_step):
+            for shard in parts:
+                step(ctx, shard)
+    round_ = 1
+    while not all([dedup.large_star_step(ctx, round_, q)["converged"] for q in range(3)]):
+        for q in range(3):
+            dedup.small_star_step(ctx, round_, q)
+        round_ += 1
+    for q in range(3):
+        dedup.assign_step(ctx, round_, q)
+    stage = dedup.stage_of(ctx)
+    return [stage.process(dedup.attach_clusters(ctx, shard, table)).kept for shard, table in enumerate(shards)]
+
+
+@pytest.mark.parametrize("keep, kept_id", [("first", "a0"), ("longest", "b1"), ("quality", "a1")])
+def test_the_kept_member_follows_the_keep_policy(tmp_path, keep, kept_id):
+    text = "the same words in the same order here"
+    shards = [
+        pa.table({"id": ["a0", "a1", "a2"], "text": [text, text + " ", "something else"], "quality_score": [0.5, 0.9, 0.1]}),
+        pa.table({"id": ["b0", "b1"], "text": [text, text + " " * 5], "quality_score": [0.2, 0.3]}),
+    ]
+    kept = _dedup_in_process(tmp_path, {"stage": "dedup_exact", "params": {"keep": keep}}, shards)
+    ids = [i for table in kept for i in table["id"].to_pylist()]
+    assert sorted(ids) == sorted([kept_id, "a2"])
+
+
+def test_verified_minhash_in_process_joins_only_true_near_duplicates(tmp_path):
+    from curation.sources.near_duplicates import near_duplicate_pairs
+
+    pairs = near_duplicate_pairs(60, 0.3, 1.0, seed=5)
+    docs = [(f"p{i}{side}", text) for i, p in enumerate(pairs) for side, text in (("a", p.original), ("b", p.copy))]
+    random.Random(1).shuffle(docs)
+    shards = [pa.table({"id": [d for d, _ in docs[s::2]], "text": [t for _, t in docs[s::2]]}) for s in range(2)]
+    kept = _dedup_in_process(tmp_path, {"stage": "minhash", "params": {"verify": True, "threshold": 0.75}}, shards)
+    kept_ids = {i for table in kept for i in table["id"].to_pylist()}
+    for i, pair in enumerate(pairs):
+        both = {f"p{i}a", f"p{i}b"} <= kept_ids
+        if pair.jaccard < 0.75:
+            assert both, f"pair {i} at Jaccard {pair.jaccard:.2f} was joined"
+        elif pair.jaccard >= 0.9:
+            assert not both, f"pair {i} at Jaccard {pair.jaccard:.2f} was missed"
