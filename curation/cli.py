@@ -80,6 +80,19 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--text-field", default="text")
         sub.add_argument("--label-field", default="label")
 
+    decontam = commands.add_parser("decontam", help="benchmark decontamination: build the n-gram index of benchmarks")
+    decontam_commands = decontam.add_subparsers(dest="decontam_command", required=True)
+    index = decontam_commands.add_parser(
+        "index", help="index local benchmark files (no download); the decontam stage loads it with `index: FOLDER`",
+        description="Word n-grams (lowercase, no punctuation) of every benchmark item, hashed, in FOLDER.",
+    )
+    index.add_argument("--benchmarks", nargs="+", required=True, metavar="FORMAT=PATH",
+                       help="a built-in format and its file or folder, e.g. gsm8k=gsm8k/test.jsonl humaneval=HumanEval.jsonl.gz")  # fmt: skip
+    index.add_argument("--ngram", type=int, default=13, help="words per n-gram")
+    index.add_argument("--min-words", type=int, default=8, help="items shorter than this are not indexed")
+    index.add_argument("--output", default="runs/decontam-index", help="folder to write the index into")
+    decontam_commands.add_parser("formats", help="the built-in benchmark formats and the fields they index")
+
     sample = commands.add_parser("sample", help="write the deterministic sample snapshot (WARC files + truth.parquet)")
     sample.add_argument("--pages", type=int, default=SAMPLE_PAGES)
     sample.add_argument("--files", type=int, default=SAMPLE_FILES)
@@ -247,9 +260,49 @@ def cmd_sample(args) -> int:
     return 0
 
 
+def cmd_decontam(args) -> int:
+    from pydantic import ValidationError
+    from rich.table import Table
+
+    from filters.benchmark_index import FORMATS, BenchmarkSpec, NgramIndex
+
+    console = _console()
+    if args.decontam_command == "formats":
+        table = Table(title="Built-in benchmark formats")
+        for column in ("format", "fields (alternatives with |)", "item id"):
+            table.add_column(column)
+        for name, layout in sorted(FORMATS.items()):
+            table.add_row(name, " + ".join(" | ".join(f) for f in layout.fields), layout.id_field or "file:row")
+        console.print(table)
+        return 0
+    specs = []
+    for argument in args.benchmarks:
+        name, _, path = argument.partition("=")
+        try:
+            specs.append(BenchmarkSpec(name=name, format=name, path=path or None))
+        except ValidationError as error:
+            console.print(f"[red]curate: --benchmarks {argument}: {error.errors()[0]['msg']}[/]")
+            return 2
+    started = time.perf_counter()
+    try:
+        index = NgramIndex.build(specs, args.ngram, args.min_words)
+    except (FileNotFoundError, ValueError) as error:
+        console.print(f"[red]curate: {error}[/]")
+        return 2
+    index.save(args.output)
+    table = Table(title=f"Decontamination index ({args.ngram}-grams) in {args.output}, built in {time.perf_counter() - started:.1f} s")
+    for column in ("benchmark", "items", "too short", "n-grams"):
+        table.add_column(column, justify="left" if column == "benchmark" else "right")
+    for name, counts in index.stats.items():
+        table.add_row(name, f"{counts['items']:,}", f"{counts['too_short']:,}", f"{counts['ngrams']:,}")
+    console.print(table)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    return {"run": cmd_run, "stats": cmd_stats, "tokenize": cmd_tokenize, "quality": cmd_quality, "sample": cmd_sample}[args.command](args)
+    commands = {"run": cmd_run, "stats": cmd_stats, "tokenize": cmd_tokenize, "quality": cmd_quality, "decontam": cmd_decontam}
+    return {**commands, "sample": cmd_sample}[args.command](args)
 
 
 if __name__ == "__main__":

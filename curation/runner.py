@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 
 import fsspec
+import pyarrow as pa
 
 from curation import dedup
 from curation import stats as run_stats
@@ -90,9 +91,15 @@ def run_shard(task: ShardTask) -> dict:
             table = read_parquet(fs, task.input)
             if task.clusters is not None:
                 table = dedup.attach_clusters(task.clusters, task.shard, table)
-            outcome = _stage(task).process(table)
-            kept, dropped, removed, extra = outcome.kept, outcome.dropped, outcome.removed, outcome.stats
+            stage = _stage(task)
+            outcome = stage.process(table)
+            kept, dropped, removed, extra = outcome.kept, outcome.dropped, outcome.removed, dict(outcome.stats)
             docs_in, bytes_in = table.num_rows, text_bytes(table)
+            if stage.report_name:  # its rows go to OUT/<report_name>.parquet: too many for stats.json
+                report = pa.Table.from_pylist(extra.pop("report"), schema=stage.report_schema)
+                folder = task.output.rsplit("/", 2)
+                fs.makedirs(f"{folder[0]}/reports/{folder[1]}", exist_ok=True)
+                write_parquet_atomic(fs, f"{folder[0]}/reports/{folder[1]}/{folder[2]}", report)
         write_parquet_atomic(fs, task.output, kept)
         if task.removed and removed is not None and removed.num_rows:
             fs.makedirs(task.removed.rsplit("/", 1)[0], exist_ok=True)
@@ -133,13 +140,14 @@ class Manifest:
         """Forget a stage whose config changed (its hash chains in every earlier stage) and delete its parts."""
         entry = self.data["stages"].get(stage_dir)
         if entry is None or entry["config_hash"] != stage_hash:
-            for folder in (f"{self.root}/{stage_dir}", f"{self.root}/removed/{stage_dir}", f"{self.root}/work/{stage_dir}"):
+            for folder in (f"{self.root}/{stage_dir}", f"{self.root}/removed/{stage_dir}", f"{self.root}/work/{stage_dir}", f"{self.root}/reports/{stage_dir}"):
                 if self.fs.exists(folder):
                     self.fs.rm(folder, recursive=True)
             self.data["stages"][stage_dir] = {"config_hash": stage_hash, "shards": {}}
         remove_temporaries(self.fs, f"{self.root}/{stage_dir}")
         remove_temporaries(self.fs, f"{self.root}/removed/{stage_dir}")
         remove_temporaries(self.fs, f"{self.root}/work/{stage_dir}")
+        remove_temporaries(self.fs, f"{self.root}/reports/{stage_dir}")
         self.fs.makedirs(f"{self.root}/{stage_dir}", exist_ok=True)
 
     def done(self, stage_dir: str, shard: int) -> bool:
@@ -354,5 +362,12 @@ def run(
                 fs.rm(f"{root}/work/{stage_dirs[barrier]}", recursive=True)
             entry["pass_stats"] = run_stats.summarize_pass(entry.pop("passes"))
             manifest.save()
+    for index, spec in enumerate(recipe.stages):  # a stage's report parts as one file, e.g. OUT/decontamination.parquet
+        stage_class = STAGES[spec.stage]
+        folder = f"{root}/reports/{stage_dirs[index + 1]}"
+        if stage_class.report_name and fs.exists(folder):
+            parts = [read_parquet(fs, path) for path in sorted(fs.glob(f"{folder}/part-*.parquet"))]
+            merged = pa.concat_tables(parts) if parts else stage_class.report_schema.empty_table()
+            write_parquet_atomic(fs, f"{root}/{stage_class.report_name}.parquet", merged)
     run_stats.write(fs, root, manifest.data, stage_dirs)
     return result

@@ -1,6 +1,7 @@
 """Curation stages: one file per stage, each a small class over `pyarrow.Table`, free of Ray."""
 
 from filters.base import Stage, StageResult
+from filters.decontam import Decontaminator
 from filters.dedup_exact import ExactDedup
 from filters.extract import HtmlExtractor
 from filters.heuristics import HeuristicFilters
@@ -12,8 +13,9 @@ from filters.url_filter import UrlFilter
 
 STAGES: dict[str, type[Stage]] = {
     stage.name: stage for stage in (
-        HtmlExtractor, LanguageFilter, UrlFilter, HeuristicFilters, QualityScorer, PiiScrubber, ExactDedup, MinhashDedup
+        HtmlExtractor, LanguageFilter, UrlFilter, HeuristicFilters, QualityScorer, PiiScrubber, ExactDedup, MinhashDedup,
+        Decontaminator,
     )
 }
 
-__all__ = ["STAGES", "Stage", "StageResult", "ExactDedup", "MinhashDedup", "HeuristicFilters", "HtmlExtractor", "LanguageFilter", "PiiScrubber", "QualityScorer", "UrlFilter"]
+__all__ = ["STAGES", "Stage", "StageResult", "Decontaminator", "ExactDedup", "MinhashDedup", "HeuristicFilters", "HtmlExtractor", "LanguageFilter", "PiiScrubber", "QualityScorer", "UrlFilter"]

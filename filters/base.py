@@ -42,6 +42,8 @@ class Stage:
     adds: ClassVar[dict[str, pa.DataType]] = {}
     removes: ClassVar[tuple[str, ...]] = ()
     num_cpus: ClassVar[float] = 1.0
+    report_name: ClassVar[str | None] = None  # a stage whose stats carry "report" rows: the runner writes OUT/<name>.parquet
+    report_schema: ClassVar[pa.Schema | None] = None
 
     def __init__(self, params: StageParams | None = None):
         self.params = params if params is not None else self.Params()

@@ -1,0 +1,306 @@
+"""Benchmark decontamination, offline: a registry of benchmark file formats and a word n-gram index of their items.
+
+A benchmark is a local file (jsonl, jsonl.gz, json, csv, parquet, or a folder of them) plus the fields whose
+text a model must not see in training: HumanEval's prompt and canonical solution, GSM8K's question and answer, and
+so on (`FORMATS`; a recipe can name its own fields). Loading from the Hugging Face hub through `datasets` is a
+second path, for a machine that has it and is online. An item's text is normalized like the documents (lowercase,
+punctuation and symbols dropped, whitespace collapsed) and indexed as hashes of its word n-grams (13 by default,
+GPT-3's and datatrove's choice); an item shorter than n words is indexed whole if it has at least `min_words`.
+"""
+
+import csv
+import gzip
+import io
+import json
+from dataclasses import dataclass, field
+
+import fsspec
+import numba
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from curation.io import read_json, read_parquet, write_json_atomic, write_parquet_atomic
+from filters.normalization import normalized_bytes
+
+
+class BenchmarkFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    fields: list[list[str]]  # each inner list: alternative paths (dotted, through lists) of one field; first found wins
+    id_field: str | None = None  # default: file name and row
+    csv_columns: list[str] | None = None  # names for a headerless CSV (MMLU's original layout)
+
+
+FORMATS: dict[str, BenchmarkFormat] = {
+    "humaneval": BenchmarkFormat(fields=[["prompt"], ["canonical_solution"]], id_field="task_id"),
+    "mbpp": BenchmarkFormat(fields=[["text", "prompt"], ["code"]], id_field="task_id"),
+    "gsm8k": BenchmarkFormat(fields=[["question"], ["answer"]]),
+    "mmlu": BenchmarkFormat(
+        fields=[["question"], ["choices", "choice0"], ["choice1"], ["choice2"], ["choice3"]],
+        csv_columns=["question", "choice0", "choice1", "choice2", "choice3", "answer"],
+    ),
+    "hellaswag": BenchmarkFormat(fields=[["ctx", "ctx_a"], ["endings"]], id_field="ind"),
+    "arc": BenchmarkFormat(fields=[["question.stem", "question"], ["question.choices.text", "choices.text"]], id_field="id"),
+}
+
+
+class BenchmarkSpec(BaseModel):
+    """One benchmark: a built-in `format` or your own `fields`, from a local `path` or (second path) the HF hub."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[\w.-]+$")
+    format: str | None = Field(None, description=f"one of {sorted(FORMATS)}; or give fields")
+    fields: list[list[str]] | None = None
+    id_field: str | None = None
+    path: str | None = Field(None, description="a file or folder: jsonl, jsonl.gz, json, csv, parquet")
+    hf: str | None = Field(None, description="a Hugging Face dataset name, loaded with `datasets` instead of path")
+    hf_config: str | None = None
+    hf_split: str = "test"
+
+    @model_validator(mode="after")
+    def one_source_and_known_format(self) -> "BenchmarkSpec":
+        if (self.path is None) == (self.hf is None):
+            raise ValueError("give either path or hf")
+        if self.format is None and self.fields is None:
+            raise ValueError(f"give a format ({', '.join(sorted(FORMATS))}) or fields")
+        if self.format is not None and self.format not in FORMATS:
+            raise ValueError(f"unknown format {self.format!r}; known: {sorted(FORMATS)}")
+        return self
+
+    def layout(self) -> BenchmarkFormat:
+        base = FORMATS[self.format] if self.format else BenchmarkFormat(fields=self.fields)
+        return base.model_copy(update={k: v for k, v in (("fields", self.fields), ("id_field", self.id_field)) if v})
+
+
+def _value(record, path: str):
+    current = record
+    for part in path.split("."):
+        if isinstance(current, dict):
+            current = current.get(part)
+        elif isinstance(current, list):
+            current = [item.get(part) for item in current if isinstance(item, dict)]
+        else:
+            return None
+    return current
+
+
+def _text(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return " ".join(_text(item) for item in value)
+    if hasattr(value, "tolist"):  # numpy arrays from Parquet list columns
+        return _text(value.tolist())
+    return "" if value is None else str(value)
+
+
+def _records(path: str, layout: BenchmarkFormat):
+    """(file, row, record) for every record of a file or of every file in a folder."""
+    fs, root = fsspec.core.url_to_fs(path)
+    if fs.isdir(root):
+        files = sorted(f for f in fs.find(root) if f.endswith((".jsonl", ".jsonl.gz", ".json", ".csv", ".parquet")))
+    elif fs.exists(root):
+        files = [root]
+    else:
+        raise FileNotFoundError(f"benchmark file not found: {path}")
+    for file in files:
+        with fs.open(file, "rb") as handle:
+            data = handle.read()
+        if file.endswith(".gz"):
+            data = gzip.decompress(data)
+        name = file.rsplit("/", 1)[-1]
+        if file.endswith(".parquet"):
+            rows = pq.read_table(pa.BufferReader(data)).to_pylist()
+        elif file.endswith(".csv"):
+            text = data.decode("utf-8")
+            header = next(csv.reader(io.StringIO(text)), [])
+            has_header = any(alternatives[0] in header for alternatives in layout.fields)
+            reader = csv.DictReader(io.StringIO(text), fieldnames=None if has_header else layout.csv_columns)
+            rows = list(reader)
+        elif file.endswith(".json"):
+            rows = json.loads(data)
+        else:
+            rows = []
+            for number, line in enumerate(data.decode("utf-8").splitlines(), 1):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as error:
+                        raise ValueError(f"{file}: line {number} is not JSON: {error}") from None
+        for row, record in enumerate(rows):
+            yield name, row, record
+
+
+def load_items(spec: BenchmarkSpec) -> list[tuple[str, str]]:
+    """(item id, text) of every item of a benchmark; an item with none of the fields is an error naming it."""
+    layout = spec.layout()
+    if spec.hf:
+        try:
+            import datasets
+        except ImportError:
+            raise RuntimeError(f"benchmark {spec.name}: hf needs `pip install datasets` (or give a local path)") from None
+        records = ((spec.hf, row, record) for row, record in enumerate(datasets.load_dataset(spec.hf, spec.hf_config, split=spec.hf_split)))
+    else:
+        records = _records(spec.path, layout)
+    items = []
+    for name, row, record in records:
+        parts = []
+        for alternatives in layout.fields:
+            value = next((_value(record, path) for path in alternatives if _value(record, path) is not None), None)
+            if value is not None:
+                parts.append(_text(value))
+        if not parts:
+            raise ValueError(f"benchmark {spec.name}: {name} row {row} has none of the fields {layout.fields}")
+        item_id = _text(_value(record, layout.id_field)) if layout.id_field else f"{name}:{row}"
+        items.append((item_id, "\n".join(parts)))
+    return items
+
+
+@numba.njit(cache=True)
+def ngram_hashes(buffer, offsets, n, bitmap):
+    """Hashes of every run of n words of each document (`buffer[offsets[i]:offsets[i+1]]`, single spaces), with the
+    document and the first word of each: word FNV-1a hashes, combined as a polynomial rolled over the words. With a
+    non-empty `bitmap` (bit `hash >> (64 - log2 bits)` set for every indexed hash) only hashes whose bit is set come
+    out, so a lookup touches one bit per n-gram instead of searching the index."""
+    base = np.uint64(0x9E3779B97F4A7C15)
+    top = np.uint64(1)
+    for _ in range(n - 1):
+        top *= base
+    shift = np.uint64(64 - int(np.log2(len(bitmap) * 64))) if len(bitmap) else np.uint64(0)
+    capacity = 1024
+    hashes = np.empty(capacity, dtype=np.uint64)
+    docs = np.empty(capacity, dtype=np.int64)
+    starts = np.empty(capacity, dtype=np.int64)
+    ring = np.empty(n, dtype=np.uint64)
+    out = 0
+    for doc in range(len(offsets) - 1):
+        start, end = offsets[doc], offsets[doc + 1]
+        if end == start:
+            continue
+        rolling = np.uint64(0)
+        word = 0
+        value = np.uint64(0xCBF29CE484222325)
+        for i in range(start, end + 1):
+            if i < end and buffer[i] != 32:
+                value = (value ^ np.uint64(buffer[i])) * np.uint64(0x100000001B3)
+                continue
+            if word >= n:
+                rolling -= ring[word % n] * top
+            rolling = rolling * base + value
+            ring[word % n] = value
+            word += 1
+            value = np.uint64(0xCBF29CE484222325)
+            if word < n:
+                continue
+            if len(bitmap):
+                bit = rolling >> shift
+                if not (bitmap[bit >> np.uint64(6)] >> (bit & np.uint64(63))) & np.uint64(1):
+                    continue
+            if out == capacity:
+                capacity *= 2
+                hashes, docs, starts = _grow(hashes, capacity), _grow(docs, capacity), _grow(starts, capacity)
+            hashes[out], docs[out], starts[out] = rolling, doc, word - n
+            out += 1
+    return hashes[:out], docs[:out], starts[:out]
+
+
+@numba.njit(cache=True)
+def _grow(array, capacity):
+    grown = np.empty(capacity, dtype=array.dtype)
+    grown[: len(array)] = array
+    return grown
+
+
+def bitmap_of(hashes: np.ndarray) -> np.ndarray:
+    """A bit per hash prefix, 64 bits or more per indexed hash (at most 2^30 bits): most n-grams miss it."""
+    bits = int(min(30, max(16, np.ceil(np.log2(max(1, len(hashes)) * 64)))))
+    bitmap = np.zeros((1 << bits) // 64, dtype=np.uint64)
+    prefix = hashes >> np.uint64(64 - bits)
+    np.bitwise_or.at(bitmap, prefix >> np.uint64(6), np.uint64(1) << (prefix & np.uint64(63)))
+    return bitmap
+
+
+@dataclass
+class Matches:
+    doc: np.ndarray  # int64: document of the batch
+    item: np.ndarray  # int64: into NgramIndex.items
+    start: np.ndarray  # int64: first matching word
+    length: np.ndarray  # int64: words matched (n, or a short item's length)
+
+
+@dataclass
+class NgramIndex:
+    n: int
+    items: pa.Table  # benchmark, item_id
+    keys: dict[int, tuple[np.ndarray, np.ndarray]]  # n-gram length -> (sorted hashes, item of each)
+    stats: dict = field(default_factory=dict)  # per benchmark: items, indexed, too_short, ngrams
+    bitmaps: dict[int, np.ndarray] = field(default_factory=dict)  # per length, built on first lookup
+
+    @classmethod
+    def build(cls, specs: list[BenchmarkSpec], n: int = 13, min_words: int = 8) -> "NgramIndex":
+        names, ids, texts, stats = [], [], [], {}
+        for spec in specs:
+            loaded = load_items(spec)
+            names += [spec.name] * len(loaded)
+            ids += [item_id for item_id, _ in loaded]
+            texts += [text for _, text in loaded]
+            stats[spec.name] = {"items": len(loaded), "too_short": 0, "ngrams": 0}
+        buffer, offsets = normalized_bytes(texts, "words")
+        spaces = np.r_[0, np.cumsum(buffer == 32)]
+        words = np.where(np.diff(offsets) > 0, spaces[offsets[1:]] - spaces[offsets[:-1]] + 1, 0)
+        keys, per_item = {}, np.zeros(len(texts), dtype=np.int64)
+        for length in sorted({n} | {int(k) for k in np.unique(words) if min_words <= k < n}):
+            hashes, docs, _ = ngram_hashes(buffer, offsets, length, np.empty(0, np.uint64))
+            if length < n:  # a short item is indexed whole: only its own full-length run counts
+                whole = words[docs] == length
+                hashes, docs = hashes[whole], docs[whole]
+            order = np.lexsort((docs, hashes))
+            hashes, docs = hashes[order], docs[order]
+            first = np.r_[True, (hashes[1:] != hashes[:-1]) | (docs[1:] != docs[:-1])] if len(hashes) else np.empty(0, bool)
+            keys[length] = (hashes[first], docs[first])
+            per_item += np.bincount(docs[first], minlength=len(texts))
+        names_array = np.array(names, dtype=object)
+        for name in stats:
+            mine = names_array == name
+            stats[name]["ngrams"] = int(per_item[mine].sum())
+            stats[name]["too_short"] = int((words[mine] < min(n, min_words)).sum())
+        items = pa.table({"benchmark": names, "item_id": ids})
+        return cls(n, items, keys, stats)
+
+    def lookup(self, buffer: np.ndarray, offsets: np.ndarray) -> Matches:
+        """Every n-gram (and whole short item) of the normalized documents that is in the index."""
+        found = []
+        for length, (keys, items) in self.keys.items():
+            if length not in self.bitmaps:
+                self.bitmaps[length] = bitmap_of(keys)
+            hashes, docs, starts = ngram_hashes(buffer, offsets, length, self.bitmaps[length])
+            left = np.searchsorted(keys, hashes, side="left")
+            right = np.searchsorted(keys, hashes, side="right")
+            counts = right - left
+            hit = np.flatnonzero(counts)
+            positions = np.concatenate([np.arange(l, r) for l, r in zip(left[hit], right[hit])]) if len(hit) else np.empty(0, np.int64)
+            rows = np.repeat(hit, counts[hit])
+            found.append(Matches(docs[rows], items[positions], starts[rows], np.full(len(rows), length)))
+        if not found:
+            return Matches(*(np.empty(0, np.int64) for _ in range(4)))
+        return Matches(*(np.concatenate([getattr(m, name) for m in found]) for name in ("doc", "item", "start", "length")))
+
+    def save(self, folder: str) -> None:
+        fs, root = fsspec.core.url_to_fs(folder)
+        fs.makedirs(root, exist_ok=True)
+        write_parquet_atomic(fs, f"{root}/items.parquet", self.items)
+        for length, (keys, items) in self.keys.items():
+            write_parquet_atomic(fs, f"{root}/ngrams-{length}.parquet", pa.table({"hash": pa.array(keys, pa.uint64()), "item": items}))
+        write_json_atomic(fs, f"{root}/index.json", {"n": self.n, "lengths": sorted(self.keys), "benchmarks": self.stats})
+
+    @classmethod
+    def load(cls, folder: str) -> "NgramIndex":
+        fs, root = fsspec.core.url_to_fs(folder)
+        if not fs.exists(f"{root}/index.json"):
+            raise FileNotFoundError(f"{folder} is not a decontamination index (no index.json): build one with `curate decontam index`")
+        meta = read_json(fs, f"{root}/index.json")
+        keys = {}
+        for length in meta["lengths"]:
+            table = read_parquet(fs, f"{root}/ngrams-{length}.parquet")
+            keys[length] = (table["hash"].to_numpy(), table["item"].to_numpy())
+        return cls(meta["n"], read_parquet(fs, f"{root}/items.parquet"), keys, meta["benchmarks"])
+
