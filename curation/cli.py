@@ -180,6 +180,11 @@ def cmd_run(args) -> int:
         console.print(f"resumed: {result.skipped_shards} stage-shard(s) were already done and skipped")
     stats.print_funnel(stats.load(output), console)
     stats.print_passes(stats.load_passes(output), console)
+    report = Path(output) / "decontamination.parquet"
+    if report.exists():
+        import pyarrow.parquet as pq
+
+        console.print(f"decontamination report: {report} ({pq.read_metadata(report).num_rows:,} hits)")
     for failure in result.failures:
         console.print(f"[red]failed[/] {failure.stage} shard {failure.shard} ({failure.input}): {failure.error}")
     if result.failures:
