@@ -68,7 +68,7 @@ class Decontaminator(Stage):
             spans[doc].append((start, start + length))
         reasons: list[str | None] = [None] * len(texts)
         hits_column: list[list[str]] = [[] for _ in texts]
-        report, documents, ngrams = [], Counter(), Counter()
+        report, documents, pairs, ngrams = [], Counter(), Counter(), Counter()
         ids = table["id"].to_pylist()
         urls = table["url"].to_pylist() if "url" in table.column_names else [None] * len(texts)
         for doc, counts in per_doc.items():
@@ -87,9 +87,12 @@ class Decontaminator(Stage):
             for bench in {benchmarks[item] for item in hits}:
                 documents[bench] += 1
             for item, n in hits.items():
+                pairs[benchmarks[item]] += 1
                 ngrams[benchmarks[item]] += n
                 report.append({"id": ids[doc], "url": urls[doc], "benchmark": benchmarks[item], "item_id": item_ids[item], "ngrams": n, "action": action})
-        stats = {"decontam_documents": dict(documents), "decontam_ngrams": dict(ngrams), "report": report}
+        stats = {  # additive over shards; distinct items per benchmark are in the report
+            "decontam_documents": dict(documents), "decontam_hits": dict(pairs), "decontam_ngrams": dict(ngrams), "report": report,
+        }  # fmt: skip
         return Annotation(reasons, {"text": texts, "decontam_items": hits_column}, stats)
 
     def _cut(self, text: str, spans: list[tuple[int, int]]) -> str | None:

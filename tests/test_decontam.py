@@ -84,7 +84,7 @@ def test_drop_and_cut_policies(gsm_like):
     })  # fmt: skip
     dropped = Decontaminator(Decontaminator.Params(benchmarks=[gsm_like])).process(table)
     assert dropped.kept["id"].to_pylist() == ["clean", "short"] and dropped.dropped == {"decontam/gsm": 2}
-    assert dropped.stats["decontam_documents"] == {"gsm": 2}
+    assert dropped.stats["decontam_documents"] == dropped.stats["decontam_hits"] == {"gsm": 2}
     assert [(r["id"], r["item_id"], r["action"]) for r in dropped.stats["report"]] == [("hit", "g.jsonl:0", "drop"), ("tail", "g.jsonl:0", "drop")]
     cut = Decontaminator(Decontaminator.Params(benchmarks=[gsm_like], policy="cut", margin=5, min_remaining_words=60)).process(table)
     assert cut.kept["id"].to_pylist() == ["hit", "clean", "short", "tail"]
