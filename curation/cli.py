@@ -1,6 +1,8 @@
 """`curate`: run a recipe on Ray, print a run's funnel, or write the sample snapshot."""
 
 import argparse
+import glob
+import os
 import sys
 import time
 from pathlib import Path
@@ -101,11 +103,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def resolve_inputs(args, console: Console) -> tuple[list[str], str]:
-    """The input files and the snapshot name they belong to."""
+def resolve_inputs(args, console: Console, kind: str = "warc") -> tuple[list[str], str]:
+    """The input files (for code: repository directories) and the snapshot name they belong to."""
     from curation.sources import sample
+    from curation.sources.code_tree import stdlib_inputs
     from curation.sources.commoncrawl import commoncrawl_warc_urls, snapshot_of
 
+    if kind == "code":
+        if not args.input:
+            console.print("[bold]No --input: curating this Python's standard library[/] (a shard per package)")
+            return stdlib_inputs()[: args.max_files], args.snapshot or "stdlib"
+        repositories = []
+        for pattern in args.input:
+            matched = sorted(glob.glob(pattern)) if not os.path.isdir(pattern) else [pattern]
+            if not matched:
+                raise SystemExit(f"curate: --input {pattern!r} matches no directory")
+            repositories += [str(Path(p).resolve()) for p in matched if os.path.isdir(p)] or [pattern]
+        return sorted(dict.fromkeys(repositories))[: args.max_files], args.snapshot or "local"
     if args.input:
         import fsspec
         from fsspec.implementations.local import LocalFileSystem
@@ -163,7 +177,7 @@ def cmd_run(args) -> int:
     except RecipeError as error:
         console.print(f"[red]curate: {error}[/]")
         return 2
-    inputs, snapshot = resolve_inputs(args, console)
+    inputs, snapshot = resolve_inputs(args, console, recipe.source.kind)
     if not inputs:
         raise SystemExit("curate: no input files")
     output = args.output or f"runs/{recipe.name}"

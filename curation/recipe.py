@@ -18,7 +18,10 @@ class RecipeError(ValueError):
 
 class SourceSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    kind: str = Field("warc", pattern="^(warc|parquet)$", description="warc reads WARC and WET files alike; parquet reads documents with a `text` column")
+    kind: str = Field(
+        "warc", pattern="^(warc|parquet|code)$",
+        description="warc reads WARC and WET files alike; parquet documents with a `text` column; code a directory per repository",
+    )  # fmt: skip
     source: str = "web"
     max_payload_bytes: int = Field(5_000_000, gt=0)
 

@@ -22,6 +22,7 @@ from curation import stats as run_stats
 from curation.io import read_json, read_parquet, remove_temporaries, write_json_atomic, write_parquet_atomic
 from curation.recipe import Recipe, config_hash
 from curation.schema import text_bytes
+from curation.sources.code_tree import CodeReader
 from curation.sources.parquet_documents import ParquetReader
 from curation.sources.warc import WarcReader
 from filters import STAGES
@@ -78,15 +79,13 @@ def run_shard(task: ShardTask) -> dict:
     try:
         if task.stage_index == 0:
             source = task.recipe.source
-            if source.kind == "parquet":
-                reader = ParquetReader(task.snapshot, source.source)
-            else:
-                reader = WarcReader(task.snapshot, source.source, source.max_payload_bytes)
-            result = reader.read(task.input)
+            readers = {"parquet": ParquetReader, "code": CodeReader, "warc": WarcReader}
+            options = {"max_payload_bytes": source.max_payload_bytes} if source.kind == "warc" else {}
+            result = readers[source.kind](task.snapshot, source.source, **options).read(task.input)
             kept, dropped, removed = result.table, dict(result.dropped), None
             extra = {"input": task.input, "input_sha256": result.sha256}
             docs_in = kept.num_rows + sum(dropped.values())
-            bytes_in = fsspec.core.url_to_fs(task.input)[0].size(task.input)
+            bytes_in = result.bytes_in if result.bytes_in is not None else fsspec.core.url_to_fs(task.input)[0].size(task.input)
         else:
             table = read_parquet(fs, task.input)
             if task.clusters is not None:

@@ -1,4 +1,5 @@
-"""Curated text -> token shards (`id`, `source`, `tokens: list<int32>`, `n_tokens`) with the tokenizer beside them.
+"""Curated text -> token shards (`id`, `source`, `tokens: list<int32>`, `n_tokens`, and the curation columns a
+mixture can select by: `bucket`, `quality_score`, `language`, `repository`, `repo_has_tests`) with the tokenizer.
 
 With no tokenizer given, a byte-level BPE is trained with HF `tokenizers` on the curated text itself.
 """
@@ -13,6 +14,7 @@ from curation.io import read_json, read_parquet, write_json_atomic, write_parque
 
 EOS = "<|endoftext|>"
 TOKEN_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("tokens", pa.list_(pa.int32())), ("n_tokens", pa.int32())])
+METADATA_COLUMNS = ("bucket", "quality_score", "language", "repository", "repo_has_tests")
 TOKENS_DIR = "tokens"
 TOKENIZER_FILE = "tokenizer.json"
 
@@ -65,7 +67,7 @@ def tokenize_run(run_dir: str, tokenizer_path: str | None = None, vocab_size: in
         raise ValueError(f"tokenizer {tokenizer_path} has no {EOS} token to separate documents")
     write_text_atomic(fs, f"{out}/{TOKENIZER_FILE}", tokenizer.to_str())
 
-    docs, tokens = Counter(), Counter()
+    docs, tokens, buckets, bucket_docs = Counter(), Counter(), Counter(), Counter()
     for part in parts:
         table = read_parquet(fs, part)
         ids, sources, encoded = [], [], []
@@ -79,12 +81,20 @@ def tokenize_run(run_dir: str, tokenizer_path: str | None = None, vocab_size: in
             docs[source] += 1
             tokens[source] += count
         shard = pa.table({"id": ids, "source": sources, "tokens": encoded, "n_tokens": counts}, schema=TOKEN_SCHEMA)
+        for column in METADATA_COLUMNS:
+            if column in table.column_names:
+                shard = shard.append_column(table.schema.field(column), table[column])
+        if "bucket" in table.column_names:
+            for bucket, count in zip(table["bucket"].to_pylist(), counts):
+                buckets[bucket] += count
+                bucket_docs[bucket] += 1
         write_parquet_atomic(fs, f"{out}/{Path(part).name}", shard)
     stats = {
         "tokenizer": TOKENIZER_FILE,
         "vocab_size": tokenizer.get_vocab_size(),
         "eos_id": tokenizer.token_to_id(EOS),
         "sources": {s: {"documents": docs[s], "tokens": tokens[s]} for s in sorted(docs)},
+        "buckets": {b: {"documents": bucket_docs[b], "tokens": buckets[b]} for b in sorted(buckets, key=str)},
     }
     write_json_atomic(fs, f"{out}/stats.json", stats)
     return stats

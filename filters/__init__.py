@@ -1,6 +1,7 @@
 """Curation stages: one file per stage, each a small class over `pyarrow.Table`, free of Ray."""
 
 from filters.base import Stage, StageResult
+from filters.code_filters import CodeFilters
 from filters.decontam import Decontaminator
 from filters.dedup_exact import ExactDedup
 from filters.extract import HtmlExtractor
@@ -9,13 +10,14 @@ from filters.langid import LanguageFilter
 from filters.minhash import MinhashDedup
 from filters.pii import PiiScrubber
 from filters.quality import QualityScorer
+from filters.quality_buckets import QualityBuckets
 from filters.url_filter import UrlFilter
 
 STAGES: dict[str, type[Stage]] = {
     stage.name: stage for stage in (
         HtmlExtractor, LanguageFilter, UrlFilter, HeuristicFilters, QualityScorer, PiiScrubber, ExactDedup, MinhashDedup,
-        Decontaminator,
+        Decontaminator, CodeFilters, QualityBuckets,
     )
 }
 
-__all__ = ["STAGES", "Stage", "StageResult", "Decontaminator", "ExactDedup", "MinhashDedup", "HeuristicFilters", "HtmlExtractor", "LanguageFilter", "PiiScrubber", "QualityScorer", "UrlFilter"]
+__all__ = ["STAGES", "Stage", "StageResult", "CodeFilters", "Decontaminator", "ExactDedup", "MinhashDedup", "HeuristicFilters", "HtmlExtractor", "LanguageFilter", "PiiScrubber", "QualityBuckets", "QualityScorer", "UrlFilter"]

@@ -29,7 +29,7 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
-    """A curated, tokenized sample run, a two-source mixture over its shards, and a training config."""
+    """A curated, tokenized sample run, a two-phase curriculum over its shards, and a training config."""
     folder = tmp_path_factory.mktemp("train")
     sample.generate(folder / "snapshot", pages=200, files=4, seed=5)
     run("curation", "run", "fineweb-snapshot", "--input", str(folder / "snapshot" / "*.warc.gz"), "--output", "curated",
@@ -37,8 +37,11 @@ def workdir(tmp_path_factory) -> Path:
     run("curation", "tokenize", "curated", "--vocab-size", "2048", cwd=folder)
     (folder / "two.yaml").write_text(
         "name: two\nsources:\n"
-        "  web: {paths: ['curated/tokens/part-0000[0-2].parquet'], weight: 0.7}\n"
-        "  more: {paths: ['curated/tokens/part-00003.parquet'], weight: 0.3}\n"
+        "  web: {paths: ['curated/tokens/part-0000[0-2].parquet']}\n"
+        "  more: {paths: ['curated/tokens/part-00003.parquet']}\n"
+        "phases:\n"
+        "  - {name: warm, fraction: 0.5, weights: {web: 0.9, more: 0.1}}\n"
+        "  - {name: anneal, weights: {web: 0.3, more: 0.7}}\n"
     )
     (folder / "settings.yaml").write_text(SETTINGS)
     return folder
@@ -57,7 +60,7 @@ def test_loss_falls_on_a_repeated_batch(workdir):
     one = pa.table({"id": shard["id"], "source": ["web"], "tokens": [tokens], "n_tokens": [64]}, schema=TOKEN_SCHEMA)
     pq.write_table(one, workdir / "one" / "part-00000.parquet")
     (workdir / "repeat.yaml").write_text(
-        "name: repeat\ntokenizer: curated/tokens/tokenizer.json\nsources:\n  web: {paths: ['one/*.parquet'], weight: 1}\n"
+        "name: repeat\ntokenizer: curated/tokens/tokenizer.json\nsources:\n  web: {paths: ['one/*.parquet'], weight: 1, max_epochs: 1000}\n"
     )
     run("training", "--mixture", "repeat.yaml", "--config", "settings.yaml", "--steps", "20", "--lr", "0.001",
         "--out", "repeat", cwd=workdir)  # fmt: skip
@@ -66,13 +69,15 @@ def test_loss_falls_on_a_repeated_batch(workdir):
     assert curve[-1] < 0.5 * curve[0] and max(curve[-5:]) < min(curve[:5]), curve
 
 
-def test_kill_and_resume_is_bit_identical_and_one_rank_resumes_two_rank_checkpoints(workdir):
+def test_kill_mid_phase_and_resume_is_bit_identical_and_one_rank_resumes_two_rank_checkpoints(workdir):
     common = ["training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "12", "--checkpoint-every", "4"]
     run(*common, "--out", "whole", cwd=workdir)
     whole = losses(workdir / "whole")
     record = metrics.load(str(workdir / "whole")).iloc[-1]
     assert {"loss_per_source.web", "loss_per_source.more", "tokens_per_source.web", "mfu"} <= set(record.index)
-    assert abs(record["token_share.web"] - 0.7) < 0.02
+    assert abs(record["token_share.web"] - 0.6) < 0.02  # half the run at 0.9, half at 0.3
+    frame = metrics.load(str(workdir / "whole")).drop_duplicates("step", keep="last")
+    assert list(frame.phase) == ["warm"] * 6 + ["anneal"] * 6
 
     process = subprocess.Popen([sys.executable, "-m", *common, "--out", "killed"], cwd=workdir,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
@@ -88,7 +93,9 @@ def test_kill_and_resume_is_bit_identical_and_one_rank_resumes_two_rank_checkpoi
     run(*common, "--out", "killed", "--resume", cwd=workdir)
     killed = losses(workdir / "killed")
     after = [step for step in whole if step > resumed_from]
-    assert after and [killed[s] for s in after] == [whole[s] for s in after]
+    assert after and [killed[s] for s in after] == [whole[s] for s in after]  # across the phase switch after step 6
+    rates = {name: metrics.load(str(workdir / name)).drop_duplicates("step", keep="last").set_index("step").lr for name in ("whole", "killed")}
+    assert [rates["killed"][s] for s in after] == [rates["whole"][s] for s in after]  # the same LR horizon
 
     (workdir / "one-rank" / "checkpoints").mkdir(parents=True)
     shutil.copytree(workdir / "whole" / "checkpoints" / "step-00000004", workdir / "one-rank" / "checkpoints" / "step-00000004")

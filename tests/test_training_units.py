@@ -2,6 +2,7 @@
 
 import glob
 import inspect
+import json
 import string
 import textwrap
 
@@ -10,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from pydantic import ValidationError
 
 from curation.tokenize import EOS, TOKEN_SCHEMA, train_tokenizer
 from training.attention import _sdpa, choose_attention
@@ -155,3 +157,113 @@ def test_mixture_errors_name_the_field(tmp_path):
         load_mixture(str(bad)).shard_files("web")
     with pytest.raises(MixtureError, match="not found"):
         load_mixture(str(tmp_path / "missing.yaml"))
+
+
+def two_phase(mixture, first: dict):
+    """The three-source mixture as a curriculum: web-heavy first, then half code and rest."""
+    data = mixture.model_dump()
+    data["phases"] = [
+        {"name": "web", "weights": {"web": 0.9, "code": 0.1, "rest": 0.0}, **first},
+        {"name": "anneal", "weights": {"web": 0.2, "code": 0.5, "rest": 0.3}},
+    ]
+    return type(mixture).model_validate(data)
+
+
+@pytest.mark.parametrize("first, switch", [({"tokens": 100 * 16 * 64}, 100), ({"fraction": 0.25}, 50)])
+def test_phases_switch_at_their_token_count_with_their_own_proportions(three_sources, first, switch):
+    mixture, eos = three_sources
+    data = MixtureLoader(two_phase(mixture, first), seq_len=64, global_batch=16, micro_batch=16, rank=0, world=1, seed=1,
+                         eos_id=eos, total_steps=200)  # fmt: skip
+    seen = {0: np.zeros(3), 1: np.zeros(3)}
+    for step in range(200):
+        (batch,) = data.next_step()
+        assert data.phase == (0 if step < switch else 1), step
+        seen[data.phase] += np.bincount(batch.sources.numpy(), minlength=3)
+    for phase, target in ((0, [0.9, 0.1, 0.0]), (1, [0.2, 0.5, 0.3])):
+        share = seen[phase] / seen[phase].sum()
+        print(f"phase {phase}: shares {np.round(share, 4).tolist()} vs {target}")
+        assert np.abs(share - target).max() < 0.02
+
+
+def test_resume_mid_phase_continues_the_same_plan_and_sequences(three_sources):
+    mixture, eos = three_sources
+    curriculum = two_phase(mixture, {"fraction": 0.5})
+
+    def fresh():
+        return MixtureLoader(curriculum, seq_len=64, global_batch=8, micro_batch=4, rank=0, world=1, seed=1, eos_id=eos, total_steps=60)
+
+    whole = fresh()
+    steps = [whole.next_step() for _ in range(60)]
+    first = fresh()
+    for _ in range(20):  # mid first phase
+        first.next_step()
+    resumed = fresh()
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    for step in range(20, 60):
+        for a, b in zip(steps[step], resumed.next_step()):
+            assert torch.equal(a.inputs, b.inputs) and torch.equal(a.sources, b.sources), step
+    assert resumed.state_dict() == whole.state_dict() and resumed.phase == 1
+
+
+def test_phase_lengths_and_validation(three_sources):
+    mixture, _ = three_sources
+    curriculum = two_phase(mixture, {"fraction": 0.25})
+    assert curriculum.phase_tokens(1000) == [250, 750] and curriculum.phase_starts(1000) == [0, 250]
+    data = mixture.model_dump()
+    data["phases"] = [{"name": "a", "weights": {"web": 1}}, {"name": "b", "weights": {"web": 1}}]
+    with pytest.raises(ValidationError, match="every phase but the last needs tokens or fraction"):
+        type(mixture).model_validate(data)
+    data["phases"][0].update(tokens=10, fraction=0.5)
+    with pytest.raises(ValidationError, match="tokens or fraction, not both"):
+        type(mixture).model_validate(data)
+
+
+def test_a_source_can_select_a_bucket_of_its_shards(tmp_path, three_sources):
+    mixture, eos = three_sources
+    web = sorted(glob.glob(mixture.sources["web"].paths[0]))[0]
+    table = pq.read_table(web)
+    buckets = ["hq" if i % 3 == 0 else "lq" for i in range(table.num_rows)]
+    pq.write_table(table.append_column("bucket", pa.array(buckets)), tmp_path / "part-00000.parquet")
+    data = mixture.model_dump()
+    data["sources"] = {"web_hq": {"paths": [str(tmp_path / "*.parquet")], "where": {"column": "bucket", "equals": "hq"}}}
+    data["phases"] = []
+    selected = MixtureLoader(type(mixture).model_validate(data), seq_len=64, global_batch=2, micro_batch=2, rank=0, world=1, seed=1, eos_id=eos)
+    hq_ids = {i for i, b in zip(table["id"].to_pylist(), buckets) if b == "hq"}
+    assert set(selected.streams[0].doc_ids) == hq_ids
+    data["sources"]["web_hq"]["where"] = {"column": "quality_score", "min": 0.5}
+    with pytest.raises(ValueError, match="has no column 'quality_score' to select by"):
+        MixtureLoader(type(mixture).model_validate(data), seq_len=64, global_batch=2, micro_batch=2, rank=0, world=1, seed=1, eos_id=eos)
+
+
+def test_plan_numbers_match_a_hand_count(three_sources, tmp_path):
+    from training.plan import over_cap, plan
+
+    mixture, _ = three_sources
+    curriculum = two_phase(mixture, {"tokens": 30_000})
+    by_hand = {}
+    for name in ("web", "code", "rest"):
+        tables = [pq.read_table(p) for p in sorted(glob.glob(mixture.sources[name].paths[0]))]
+        by_hand[name] = sum(sum(len(t) + 1 for t in table["tokens"].to_pylist()) for table in tables)
+    phase_tokens, sources = plan(curriculum, 100_000)
+    assert phase_tokens == [30_000, 70_000]
+    asked = {"web": 30_000 * 0.9 + 70_000 * 0.2, "code": 30_000 * 0.1 + 70_000 * 0.5, "rest": 70_000 * 0.3}
+    for source in sources:
+        assert source.available == by_hand[source.name] and source.asked == round(asked[source.name])
+        assert source.epochs == pytest.approx(asked[source.name] / by_hand[source.name])
+    by_fraction = two_phase(mixture, {"fraction": 0.3})  # epochs grow linearly with the run
+    worst = max(plan(by_fraction, 100_000)[1], key=lambda s: s.epochs)
+    message = over_cap(plan(by_fraction, int(100_000 * 4.5 / worst.epochs))[1])
+    assert message and f"source {worst.name!r} would be repeated" in message and "max_epochs 4" in message
+    assert over_cap(plan(by_fraction, int(100_000 * 3.5 / worst.epochs))[1]) is None
+
+
+def test_train_plan_cli_prints_and_fails_over_cap(three_sources):
+    import subprocess
+    import sys
+
+    mixture, _ = three_sources
+    path = glob.glob(mixture.sources["web"].paths[0])[0].rsplit("/", 2)[0] + "/mix.yaml"
+    ok = subprocess.run([sys.executable, "-m", "training", "plan", "--mixture", path, "--tokens", "1000"], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0 and "tokens available" in ok.stdout and "web" in ok.stdout, ok.stdout + ok.stderr
+    over = subprocess.run([sys.executable, "-m", "training", "plan", "--mixture", path], capture_output=True, text=True, timeout=300)
+    assert over.returncode == 1 and "Chinchilla" in over.stdout and "over its max_epochs" in over.stdout

@@ -13,7 +13,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="train",
         description="Train a Llama-style decoder with FSDP2 (+ BF16 and FlashAttention on GPUs) on curated token shards, "
         "mixed as a mixture YAML says. Run as is, it launches itself under torchrun on this machine (CUDA GPUs, else "
-        "2 CPU ranks with gloo); on many nodes launch it yourself: torchrun --nnodes N ... -m training --mixture ...",
+        "2 CPU ranks with gloo); on many nodes launch it yourself: torchrun --nnodes N ... -m training --mixture .... "
+        "`train plan --mixture FILE` shows what the mixture asks of each source first.",
     )
     parser.add_argument("--mixture", required=True, help="mixture YAML, e.g. mixtures/web70_code20.yaml")
     parser.add_argument("--config", default="tiny", help="preset tiny|small|1b, or a YAML file of training settings")
@@ -32,6 +33,73 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _plan_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="train plan",
+        description="Resolve a mixture against the token shards: tokens available per source (and bucket), tokens each "
+        "phase asks, epochs per source; exits 1 when a source would repeat more than its max_epochs.",
+    )
+    parser.add_argument("--mixture", required=True, help="mixture YAML")
+    parser.add_argument("--model", default="tiny", help="preset tiny|small|1b or a settings YAML (for the parameter count)")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--tokens", type=float, help="tokens to train on, e.g. 2e9")
+    budget.add_argument("--chinchilla", action="store_true", help="20 tokens per parameter (the default)")
+    return parser
+
+
+def cmd_plan(argv: list[str]) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from training.config import load_config
+    from training.mixture import MixtureError, load_mixture
+    from training.plan import CHINCHILLA_TOKENS_PER_PARAM, over_cap, plan
+
+    args = _plan_parser().parse_args(argv)
+    try:
+        mixture = load_mixture(args.mixture)
+        config = load_config(args.model)
+        params = _num_params(config, mixture)
+        total = int(args.tokens) if args.tokens else CHINCHILLA_TOKENS_PER_PARAM * params
+        phase_tokens, sources = plan(mixture, total)
+    except (MixtureError, ValueError) as error:
+        print(f"train plan: {error}", file=sys.stderr)
+        return 2
+    console = Console() if sys.stdout.isatty() else Console(width=120)
+    budget = f"{args.tokens:.3g} tokens (given)" if args.tokens else f"Chinchilla: {CHINCHILLA_TOKENS_PER_PARAM} x {params:,} params"
+    console.print(f"mixture [bold]{mixture.name}[/], model {config.model} ({params:,} params): {total:,} tokens, {budget}")
+    phases = Table(title="Phases")
+    for column in ("phase", "tokens", "weights"):
+        phases.add_column(column)
+    for phase, tokens in zip(mixture.phases, phase_tokens):
+        phases.add_row(phase.name, f"{tokens:,}", ", ".join(f"{k} {v:g}" for k, v in phase.weights.items()))
+    console.print(phases)
+    table = Table(title="Sources")
+    for column in ("source", "selects", "documents", "tokens available", "tokens asked", "epochs", "max epochs", ""):
+        table.add_column(column, justify="left" if column in ("source", "selects", "") else "right")
+    for source in sources:
+        where = mixture.sources[source.name].where
+        table.add_row(source.name, "" if where is None else where.model_dump_json(exclude_none=True), f"{source.documents:,}",
+                      f"{source.available:,}", f"{source.asked:,}", f"{source.epochs:.2f}", f"{source.max_epochs:g}",
+                      "ok" if source.ok else "[red]over cap[/]")  # fmt: skip
+    console.print(table)
+    problem = over_cap(sources)
+    if problem:
+        console.print(f"[red]train plan: {problem}[/]")
+        return 1
+    return 0
+
+
+def _num_params(config, mixture) -> int:
+    from tokenizers import Tokenizer
+
+    from training.model import Transformer
+
+    vocab = Tokenizer.from_file(mixture.tokenizer_path()).get_vocab_size()
+    with torch.device("meta"):
+        return Transformer(config.model_config_for(vocab)).num_params()
+
+
 OVERRIDES = ("steps", "seq_len", "global_batch", "micro_batch", "lr", "dtype", "checkpoint_every", "lineage_every", "seed")
 
 
@@ -39,8 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     from training import checkpoint
     from training.config import load_config
     from training.mixture import MixtureError, load_mixture
+    from training.plan import over_cap, plan
 
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["plan"]:
+        return cmd_plan(argv[1:])
     args = _parser().parse_args(argv)
     try:
         mixture = load_mixture(args.mixture)
@@ -48,7 +119,12 @@ def main(argv: list[str] | None = None) -> int:
             mixture.shard_files(name)
         if not Path(mixture.tokenizer_path()).is_file():
             raise MixtureError(f"tokenizer not found: {mixture.tokenizer_path()}")
+        mixture.check_one_tokenizer()
         config = load_config(args.config, **{k: getattr(args, k) for k in OVERRIDES})
+        if "LOCAL_RANK" not in os.environ:  # once, before launching: would the mixture repeat a source too often?
+            problem = over_cap(plan(mixture, config.steps * config.global_batch * config.seq_len)[1])
+            if problem:
+                raise ValueError(f"{problem} (see `train plan --mixture {args.mixture}`)")
         previous = checkpoint.latest(Path(args.out) / "checkpoints")
         if previous and not args.resume:
             raise ValueError(f"{args.out} already holds a run (latest checkpoint {previous.name}): pass --resume to "

@@ -4,9 +4,11 @@ Each source is one virtual token stream: its documents in a seeded order per epo
 Sequence k of a source is the window [k*seq_len, k*seq_len + seq_len + 1) of that stream, so a sequence
 holds one source and knows its documents. Which source the n-th sequence of the run comes from is decided by
 deficit round-robin on token counts (the source furthest below its weight goes next): deterministic, and
-within one sequence of the target weights at every point. The whole state is the count of sequences drawn
-per source; every rank walks the same global plan and materializes only its slice of each global batch, so
-a checkpoint resumes on any number of ranks that divides the global batch.
+within one sequence of the target weights at every point. A curriculum switches phases at the step where its
+token count is reached, and the deficits restart there, so each phase has its own proportions while every
+source's stream continues where it was. The whole state is the step, the phase, and the sequences drawn per
+source in all and in this phase; every rank walks the same global plan and materializes only its slice of each
+global batch, so a checkpoint resumes on any number of ranks that divides the global batch.
 """
 
 from collections import OrderedDict
@@ -16,7 +18,21 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from training.mixture import Mixture
+from training.mixture import Mixture, SourceFilter
+
+
+def selected(meta, where: SourceFilter) -> np.ndarray:
+    """Which rows of a shard a source's `where` keeps."""
+    values = meta[where.column].to_pylist()
+    keep = np.ones(len(values), dtype=bool)
+    for row, value in enumerate(values):
+        if where.equals is not None and value != where.equals:
+            keep[row] = False
+        elif where.min is not None and (value is None or value < where.min):
+            keep[row] = False
+        elif where.max is not None and (value is None or value > where.max):
+            keep[row] = False
+    return keep
 
 
 def choose_sources(counts: list[int], weights: list[float], n: int) -> list[int]:
@@ -33,17 +49,22 @@ def choose_sources(counts: list[int], weights: list[float], n: int) -> list[int]
 class SourceStream:
     """One source's documents as a token stream with EOS after each document, reshuffled every epoch."""
 
-    def __init__(self, name: str, files: list[str], seq_len: int, seed: int, eos_id: int, cached_files: int = 8):
+    def __init__(self, name: str, files: list[str], seq_len: int, seed: int, eos_id: int, cached_files: int = 8,
+                 where: SourceFilter | None = None):  # fmt: skip
         self.name, self.files, self.seq_len, self.seed, self.eos_id = name, files, seq_len, seed, eos_id
-        ids, lengths, where = [], [], []
+        ids, lengths, locations = [], [], []
         for file_index, path in enumerate(files):
-            meta = pq.read_table(path, columns=["id", "n_tokens"])
-            ids += meta["id"].to_pylist()
-            counts = meta["n_tokens"].to_numpy()
-            lengths.append(counts)
-            where += [(file_index, row) for row in range(len(counts))]
+            if where and where.column not in pq.read_schema(path).names:
+                raise ValueError(f"{path} has no column {where.column!r} to select by: tokenize a run whose stages add it")
+            meta = pq.read_table(path, columns=["id", "n_tokens"] + ([where.column] if where else []))
+            rows = np.arange(meta.num_rows) if where is None else np.flatnonzero(selected(meta, where))
+            ids += [meta["id"][int(row)].as_py() for row in rows]
+            lengths.append(meta["n_tokens"].to_numpy()[rows])
+            locations += [(file_index, int(row)) for row in rows]
+        if not ids:
+            raise ValueError(f"source {name!r}: no document of {len(files)} shard(s) matches {where}")
         self.doc_ids = ids
-        self.doc_where = np.array(where, dtype=np.int64).reshape(-1, 2)
+        self.doc_where = np.array(locations, dtype=np.int64).reshape(-1, 2)
         self.doc_lengths = np.concatenate(lengths).astype(np.int64) + 1  # + EOS
         self.per_epoch = int((self.doc_lengths.sum() - 1) // seq_len)
         if self.per_epoch < 1:
@@ -106,32 +127,41 @@ class MixtureLoader:
     """Yields each step's micro-batches for this rank; `state_dict()` is the same on every rank."""
 
     def __init__(self, mixture: Mixture, seq_len: int, global_batch: int, micro_batch: int, rank: int, world: int,
-                 seed: int, eos_id: int):  # fmt: skip
+                 seed: int, eos_id: int, total_steps: int = 1):  # fmt: skip
         if global_batch % (micro_batch * world):
             raise ValueError(f"global_batch {global_batch} is not a multiple of micro_batch {micro_batch} x ranks {world}")
         self.mixture, self.seq_len, self.global_batch, self.micro_batch = mixture, seq_len, global_batch, micro_batch
         self.rank, self.world, self.seed = rank, world, seed
         self.names = mixture.source_names()
         self.streams = [
-            SourceStream(name, mixture.shard_files(name), seq_len, seed * 1000 + i, eos_id)
+            SourceStream(name, mixture.shard_files(name), seq_len, seed * 1000 + i, eos_id, where=mixture.sources[name].where)
             for i, name in enumerate(self.names)
         ]
+        tokens_per_step = global_batch * seq_len
+        self.phase_start_steps = [-(-start // tokens_per_step) for start in mixture.phase_starts(total_steps * tokens_per_step)]
         self.counts = [0] * len(self.names)
-        self.phase = 0
+        self.phase_counts = [0] * len(self.names)
+        self.step, self.phase = 0, 0
         self.last_plan: list[tuple[int, int]] = []
 
     @property
     def grad_accum(self) -> int:
         return self.global_batch // (self.micro_batch * self.world)
 
+    def phase_at(self, step: int) -> int:
+        return max(p for p, start in enumerate(self.phase_start_steps) if start <= step or p == 0)
+
     def plan_step(self) -> list[tuple[int, int]]:
         """(source, sequence index in that source) for each sequence of the next global batch; advances the state."""
-        before = list(self.counts)
-        picks = choose_sources(self.counts, self.mixture.weights(self.phase), self.global_batch)
-        plan, seen = [], before
+        phase = self.phase_at(self.step)
+        if phase != self.phase:
+            self.phase, self.phase_counts = phase, [0] * len(self.names)
+        picks = choose_sources(self.phase_counts, self.mixture.weights(phase), self.global_batch)
+        plan = []
         for source in picks:
-            plan.append((source, seen[source]))
-            seen[source] += 1
+            plan.append((source, self.counts[source]))
+            self.counts[source] += 1
+        self.step += 1
         self.last_plan = plan
         return plan
 
@@ -155,12 +185,14 @@ class MixtureLoader:
         return {name: count * self.seq_len for name, count in zip(self.names, self.counts)}
 
     def state_dict(self) -> dict:
-        return {"seed": self.seed, "seq_len": self.seq_len, "phase": self.phase,
-                "sequences": dict(zip(self.names, self.counts))}  # fmt: skip
+        return {"seed": self.seed, "seq_len": self.seq_len, "step": self.step, "phase": self.phase,
+                "sequences": dict(zip(self.names, self.counts)),
+                "phase_sequences": dict(zip(self.names, self.phase_counts))}  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
         if state["seed"] != self.seed or state["seq_len"] != self.seq_len:
             raise ValueError(f"checkpoint data state has seed/seq_len {state['seed']}/{state['seq_len']}, "
                              f"this run {self.seed}/{self.seq_len}")  # fmt: skip
-        self.phase = state["phase"]
+        self.step, self.phase = state["step"], state["phase"]
         self.counts = [state["sequences"].get(name, 0) for name in self.names]
+        self.phase_counts = [state["phase_sequences"].get(name, 0) for name in self.names]

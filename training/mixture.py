@@ -11,18 +11,33 @@ class MixtureError(ValueError):
     pass
 
 
+class SourceFilter(BaseModel):
+    """Rows of the token shards to use, by a column tokenization kept (e.g. the `bucket` of quality_buckets)."""
+
+    model_config = ConfigDict(extra="forbid")
+    column: str
+    equals: str | int | bool | None = None
+    min: float | None = None
+    max: float | None = None
+
+
 class SourceSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     paths: list[str] = Field(min_length=1, description="globs of token shards, relative to the working directory")
-    weight: float = Field(gt=0)
+    weight: float = Field(1.0, gt=0, description="the weight of the default single phase")
+    where: SourceFilter | None = Field(None, description="only the documents whose column matches, e.g. a quality bucket")
+    max_epochs: float = Field(4.0, gt=0, description="`train plan` and `train` refuse a mixture that repeats it more")
 
 
 class Phase(BaseModel):
-    """A curriculum phase; later issues give phases a length. One phase with the sources' weights is the default."""
+    """A curriculum phase: its source weights for `tokens` tokens, or a `fraction` of the run; the last phase may
+    leave both out and takes what remains."""
 
     model_config = ConfigDict(extra="forbid")
     name: str
     weights: dict[str, float]
+    tokens: int | None = Field(None, gt=0)
+    fraction: float | None = Field(None, gt=0, le=1)
 
 
 class Mixture(BaseModel):
@@ -42,7 +57,24 @@ class Mixture(BaseModel):
                 raise ValueError(f"phases[{index}].weights names unknown sources {unknown}")
             if any(w < 0 for w in phase.weights.values()) or sum(phase.weights.values()) <= 0:
                 raise ValueError(f"phases[{index}].weights must be >= 0 with a positive sum")
+            if phase.tokens is not None and phase.fraction is not None:
+                raise ValueError(f"phases[{index}]: give tokens or fraction, not both")
+            if phase.tokens is None and phase.fraction is None and index < len(self.phases) - 1:
+                raise ValueError(f"phases[{index}]: every phase but the last needs tokens or fraction")
         return self
+
+    def phase_starts(self, total_tokens: int) -> list[int]:
+        """The token count at which each phase begins, for a run of `total_tokens`."""
+        starts, position = [], 0
+        for phase in self.phases:
+            starts.append(position)
+            position += phase.tokens if phase.tokens is not None else round((phase.fraction or 0) * total_tokens)
+        return starts
+
+    def phase_tokens(self, total_tokens: int) -> list[int]:
+        """Tokens each phase trains on in a run of `total_tokens` (the last takes the rest; past the end, none)."""
+        starts = [min(start, total_tokens) for start in self.phase_starts(total_tokens)] + [total_tokens]
+        return [max(0, end - start) for start, end in zip(starts, starts[1:])]
 
     def source_names(self) -> list[str]:
         return list(self.sources)
@@ -60,6 +92,17 @@ class Mixture(BaseModel):
                 "curate and tokenize it first (`curate run ...`, `curate tokenize RUN_DIR`)"
             )
         return files
+
+    def check_one_tokenizer(self) -> None:
+        """Every source whose shards have a tokenizer.json beside them was tokenized with the mixture's tokenizer."""
+        expected = Path(self.tokenizer_path()).read_bytes()
+        for name in self.source_names():
+            beside = Path(self.shard_files(name)[0]).parent / "tokenizer.json"
+            if beside.is_file() and beside.read_bytes() != expected:
+                raise MixtureError(
+                    f"mixture {self.name!r}: source {name!r} was tokenized with {beside}, not {self.tokenizer_path()}; "
+                    f"tokenize its run again with `curate tokenize RUN_DIR --tokenizer {self.tokenizer_path()}`"
+                )
 
     def tokenizer_path(self) -> str:
         if self.tokenizer:

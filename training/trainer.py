@@ -67,7 +67,8 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
         with torch.no_grad():
             model.init_weights(device)
     optimizer = _optimizer(model, config)
-    loader = MixtureLoader(mixture, config.seq_len, config.global_batch, config.micro_batch, rank, world, config.seed, eos_id)
+    loader = MixtureLoader(mixture, config.seq_len, config.global_batch, config.micro_batch, rank, world, config.seed, eos_id,
+                           total_steps=config.steps)  # fmt: skip
 
     out.mkdir(parents=True, exist_ok=True)
     start = 0
@@ -137,6 +138,7 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
                     "loss_per_source": {n: (sums[i] / counts[i]).item() for i, n in enumerate(names) if counts[i] > 0},
                     "tokens_per_source": seen,
                     "token_share": {n: seen[n] / total_seen for n in names},
+                    "phase": mixture.phases[loader.phase].name,
                     "target_weight": dict(zip(names, mixture.weights(loader.phase))),
                     "lr": lr,
                     "grad_norm": grad_norm.item(),

@@ -34,6 +34,7 @@ class ReadResult:
     table: pa.Table
     dropped: Counter = field(default_factory=Counter)
     sha256: str = ""
+    bytes_in: int | None = None  # when the input is not one file (a code repository)
 
 
 def _gzip_header_length(buf: bytearray) -> int | None:

@@ -1,0 +1,73 @@
+"""`train plan`: a mixture resolved against what was curated — tokens available per source, tokens each phase
+asks of it, and the epochs that makes — checked against each source's `max_epochs` before any GPU time is spent.
+
+Available tokens are counted from the token shards themselves (each document's tokens plus its EOS, rows a
+source's `where` selects), so a bucket is measured like any other source. The tokens asked are given, or the
+Chinchilla budget of 20 tokens per parameter.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from training.data import selected
+from training.mixture import Mixture
+
+CHINCHILLA_TOKENS_PER_PARAM = 20
+
+
+@dataclass
+class SourcePlan:
+    name: str
+    documents: int
+    available: int  # tokens, EOS included
+    asked: int
+    max_epochs: float
+
+    @property
+    def epochs(self) -> float:
+        return self.asked / self.available if self.available else float("inf")
+
+    @property
+    def ok(self) -> bool:
+        return self.epochs <= self.max_epochs
+
+
+def available_tokens(mixture: Mixture, name: str) -> tuple[int, int]:
+    """(documents, tokens with one EOS each) of a source, after its `where`."""
+    spec, documents, tokens = mixture.sources[name], 0, 0
+    for path in mixture.shard_files(name):
+        columns = ["n_tokens"] + ([spec.where.column] if spec.where else [])
+        if spec.where and spec.where.column not in pq.read_schema(path).names:
+            raise ValueError(f"{path} has no column {spec.where.column!r} to select by: tokenize a run whose stages add it")
+        meta = pq.read_table(path, columns=columns)
+        rows = np.flatnonzero(selected(meta, spec.where)) if spec.where else np.arange(meta.num_rows)
+        documents += len(rows)
+        tokens += int(meta["n_tokens"].to_numpy()[rows].sum()) + len(rows)
+    return documents, tokens
+
+
+def plan(mixture: Mixture, total_tokens: int) -> tuple[list[int], list[SourcePlan]]:
+    """Tokens per phase, and per source what it has and what the phases ask of it."""
+    phase_tokens = mixture.phase_tokens(total_tokens)
+    asked = dict.fromkeys(mixture.source_names(), 0.0)
+    for phase, tokens in enumerate(phase_tokens):
+        for name, weight in zip(mixture.source_names(), mixture.weights(phase)):
+            asked[name] += tokens * weight
+    sources = []
+    for name in mixture.source_names():
+        documents, tokens = available_tokens(mixture, name)
+        sources.append(SourcePlan(name, documents, tokens, round(asked[name]), mixture.sources[name].max_epochs))
+    return phase_tokens, sources
+
+
+def over_cap(sources: list[SourcePlan]) -> str | None:
+    """The message `train` and `train plan` fail with, or None."""
+    bad = [s for s in sources if not s.ok]
+    if not bad:
+        return None
+    return "; ".join(
+        f"source {s.name!r} would be repeated {s.epochs:.1f} times ({s.asked:,} tokens asked of {s.available:,}), "
+        f"over its max_epochs {s.max_epochs:g}" for s in bad
+    ) + ": curate more, lower its weight, train on fewer tokens, or raise max_epochs"
