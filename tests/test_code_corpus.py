@@ -83,7 +83,8 @@ def test_curate_run_code_corpus_on_two_packages(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     kept = pq.read_table(tmp_path / "run" / "03_minhash").to_pandas()
-    assert set(kept.repository) == {"json", "email"} and set(kept.source) == {"code"} and (kept.language == "python").all()
+    assert set(kept.repository) == {"json", "email"} and set(kept.source) == {"code"}
+    assert (kept.language == "python").mean() > 0.9  # email also has architecture.rst
     assert kept.repo_has_tests.sum() == 0  # the stdlib keeps its tests in Lib/test, not in the packages
     assert "code/" in done.stdout or "01_code_filters" in done.stdout
 
