@@ -95,6 +95,11 @@ def _parser() -> argparse.ArgumentParser:
     index.add_argument("--output", default="runs/decontam-index", help="folder to write the index into")
     decontam_commands.add_parser("formats", help="the built-in benchmark formats and the fields they index")
 
+    report = commands.add_parser("report", help="render a run's figures (funnel, reasons, languages, ...) to static HTML")
+    report.add_argument("output", help="a folder written by `curate run`")
+    report.add_argument("--training", metavar="TRAIN_OUT", help="also a training run's figures (the --out of `train`)")
+    report.add_argument("--html", help="file to write (default: OUTPUT/report.html)")
+
     sample = commands.add_parser("sample", help="write the deterministic sample snapshot (WARC files + truth.parquet)")
     sample.add_argument("--pages", type=int, default=SAMPLE_PAGES)
     sample.add_argument("--files", type=int, default=SAMPLE_FILES)
@@ -318,10 +323,24 @@ def cmd_decontam(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from curation.report import render_html
+
+    try:
+        page = render_html(args.output, args.training)
+    except FileNotFoundError as error:
+        print(f"curate: {error}", file=sys.stderr)
+        return 2
+    target = Path(args.html or f"{args.output}/report.html")
+    target.write_text(page)
+    print(f"report: {target} ({len(page) / 1e6:.1f} MB)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     commands = {"run": cmd_run, "stats": cmd_stats, "tokenize": cmd_tokenize, "quality": cmd_quality, "decontam": cmd_decontam}
-    return {**commands, "sample": cmd_sample}[args.command](args)
+    return {**commands, "report": cmd_report, "sample": cmd_sample}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,258 @@
+"""Figures and tables of a curation run, for notebooks, scripts and `curate report`.
+
+Each function takes a run folder and returns a matplotlib Figure (or a DataFrame), or None when the run has no
+such stage (no quality stage, no decontamination, ...), so a notebook cell or the HTML report just says so. They
+read the run through `curation.stats.load` and the stage parts, never by parsing stats.json themselves.
+"""
+
+import base64
+import html
+import io
+from pathlib import Path
+
+import fsspec
+import pandas as pd
+import pyarrow.parquet as pq
+from matplotlib.figure import Figure
+
+from curation import stats
+from curation.io import read_json
+
+
+def _parts(run: str, folder: str, columns: list[str]) -> pd.DataFrame:
+    """The given columns of every part under run/folder (those that have them)."""
+    fs, root = fsspec.core.url_to_fs(run)
+    frames = []
+    for path in sorted(fs.glob(f"{root.rstrip('/')}/{folder}/part-*.parquet")):
+        names = pq.read_schema(fs.open(path, "rb")).names
+        if all(c in names for c in columns):
+            with fs.open(path, "rb") as handle:
+                frames.append(pq.read_table(handle, columns=columns).to_pandas())
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+
+
+def _stage_dirs(run: str) -> list[str]:
+    return list(stats.funnel(stats.load(run)).index)
+
+
+def _stage_with(run: str, column: str) -> str | None:
+    """The first stage whose output has `column`."""
+    for stage in _stage_dirs(run):
+        if not _parts(run, stage, [column]).empty:
+            return stage
+    return None
+
+
+def funnel_table(run: str) -> pd.DataFrame:
+    """Documents and bytes after each stage (and tokens of the tokenized output, when there is one)."""
+    table = stats.funnel(stats.load(run))[["shards", "docs_in", "docs_out", "bytes_in", "bytes_out", "seconds"]].copy()
+    table["kept"] = (table.docs_out / table.docs_in.where(table.docs_in > 0)).round(4)
+    fs, root = fsspec.core.url_to_fs(run)
+    tokens = f"{root.rstrip('/')}/tokens/stats.json"
+    if fs.exists(tokens):
+        total = sum(s["tokens"] for s in read_json(fs, tokens)["sources"].values())
+        table["tokens_out"] = pd.NA
+        table.loc[table.index[-1], "tokens_out"] = total
+    return table
+
+
+def funnel_figure(run: str):
+    table = funnel_table(run)
+    figure = Figure(figsize=(12, 4))
+    docs, size = figure.subplots(1, 2)
+    docs.bar(table.index, table.docs_out, color="tab:blue")
+    docs.set_title("documents after each stage")
+    size.bar(table.index, table.bytes_out / 1e6, color="tab:orange")
+    size.set_title("MB of text after each stage")
+    for axis in (docs, size):
+        axis.tick_params(axis="x", rotation=45)
+    figure.tight_layout()
+    return figure
+
+
+def removal_reasons(run: str) -> pd.DataFrame:
+    """Stage x reason: documents removed."""
+    totals = stats.funnel(stats.load(run))
+    reasons = totals[[c for c in totals.columns if c.startswith("dropped_")]]
+    reasons.columns = [c.removeprefix("dropped_") for c in reasons.columns]
+    return reasons.loc[:, reasons.sum() > 0]
+
+
+def removal_figure(run: str):
+    reasons = removal_reasons(run)
+    stacked = reasons.stack()
+    stacked = stacked[stacked > 0].sort_values()
+    figure = Figure(figsize=(10, max(3, 0.25 * len(stacked))))
+    axis = figure.subplots()
+    axis.barh([f"{stage}: {reason}" for stage, reason in stacked.index], stacked.values, color="tab:red")
+    axis.set_title("documents removed, by stage and reason")
+    figure.tight_layout()
+    return figure
+
+
+def _kept_and_removed(run: str, column: str) -> tuple[str, pd.Series, pd.Series] | None:
+    """The first stage that adds `column`, and the column over its kept and its removed (--keep-removed) documents."""
+    stage = _stage_with(run, column)
+    if stage is None:
+        return None
+    return stage, _parts(run, stage, [column])[column], _parts(run, f"removed/{stage}", [column])[column]
+
+
+def language_figure(run: str):
+    found = _kept_and_removed(run, "language")
+    if found is None:
+        return None
+    stage, kept, removed = found
+    frame = pd.DataFrame({"kept": kept.value_counts(), "removed (with --keep-removed)": removed.value_counts()})
+    frame = frame.fillna(0).sort_values("kept", ascending=False).head(25)
+    figure = Figure(figsize=(10, 4))
+    axis = figure.subplots()
+    frame.plot.bar(ax=axis, stacked=True)
+    axis.set_title(f"language ({stage})")
+    figure.tight_layout()
+    return figure
+
+
+def quality_figure(run: str):
+    found = _kept_and_removed(run, "quality_score")
+    if found is None:
+        return None
+    stage, kept, removed = found
+    scores = pd.concat([kept, removed])
+    fs, root = fsspec.core.url_to_fs(run)
+    recipe = read_json(fs, f"{root.rstrip('/')}/manifest.json")["recipe"]
+    threshold = next((s["params"].get("threshold") for s in recipe["stages"] if s["stage"] == "quality"), None)
+    figure = Figure(figsize=(8, 4))
+    axis = figure.subplots()
+    axis.hist(scores.dropna(), bins=40, color="tab:green")
+    if threshold is not None:
+        axis.axvline(threshold, color="black", linestyle="--", label=f"threshold {threshold}")
+        axis.legend()
+    axis.set_title(f"quality_score ({stage})")
+    figure.tight_layout()
+    return figure
+
+
+def _counters(run: str, prefix: str) -> pd.Series:
+    totals = stats.funnel(stats.load(run))
+    columns = [c for c in totals.columns if c.startswith(prefix)]
+    return totals[columns].sum().rename(lambda c: c.removeprefix(prefix)) if columns else pd.Series(dtype="int64")
+
+
+def pii_figure(run: str):
+    spans = _counters(run, "pii_spans.")
+    if spans.empty:
+        return None
+    figure = Figure(figsize=(8, 3.5))
+    axis = figure.subplots()
+    spans.sort_values().plot.barh(ax=axis, color="tab:purple")
+    axis.set_title("PII spans replaced, by entity")
+    figure.tight_layout()
+    return figure
+
+
+def duplicates_figure(run: str):
+    frame = stats.load(run)
+    columns = [c for c in frame.columns if c.startswith("cluster_sizes.")]
+    if not columns:
+        return None
+    sizes = frame.groupby("stage")[columns].sum()
+    sizes.columns = [c.removeprefix("cluster_sizes.") for c in columns]
+    sizes = sizes.loc[sizes.sum(axis=1) > 0, sorted(sizes.columns, key=lambda c: int(c.split("-")[0]))]
+    figure = Figure(figsize=(8, 3.5))
+    axis = figure.subplots()
+    sizes.T.plot.bar(ax=axis)
+    axis.set_title("duplicate clusters by size (documents per cluster)")
+    axis.set_yscale("log")
+    figure.tight_layout()
+    return figure
+
+
+def decontamination_hits(run: str) -> pd.DataFrame | None:
+    path = Path(run) / "decontamination.parquet"
+    return pq.read_table(path).to_pandas() if path.exists() else None
+
+
+def decontamination_figure(run: str):
+    hits = decontamination_hits(run)
+    if hits is None:
+        return None
+    figure = Figure(figsize=(8, 3.5))
+    axis = figure.subplots()
+    if hits.empty:
+        axis.text(0.5, 0.5, "no document shares an n-gram with a benchmark item", ha="center", va="center")
+        axis.set_axis_off()
+    else:
+        per = hits.groupby("benchmark").agg(documents=("id", "nunique"), items=("item_id", "nunique"))
+        per.plot.bar(ax=axis)
+    axis.set_title("decontamination: documents hit and items matched, per benchmark")
+    figure.tight_layout()
+    return figure
+
+
+def _snippet(text, chars: int) -> str:
+    return text[:chars] if isinstance(text, str) else "(no text: removed before extraction)"
+
+
+def removed_samples(run: str, per_reason: int = 2, chars: int = 300, seed: int = 0) -> pd.DataFrame | None:
+    """Random removed documents per stage and reason (needs --keep-removed), each beside a random kept one."""
+    fs, root = fsspec.core.url_to_fs(run)
+    if not fs.exists(f"{root.rstrip('/')}/removed"):
+        return None
+    rows = []
+    for stage in _stage_dirs(run):
+        removed = _parts(run, f"removed/{stage}", ["id", "url", "text", "drop_reason"])
+        kept = _parts(run, stage, ["id", "text"])
+        for reason, group in removed.groupby("drop_reason"):
+            for _, doc in group.sample(min(per_reason, len(group)), random_state=seed).iterrows():
+                other = kept.sample(1, random_state=seed).iloc[0] if len(kept) else None
+                rows.append({
+                    "stage": stage, "reason": reason, "url": doc.url, "removed text": _snippet(doc.text, chars),
+                    "a kept text": "" if other is None else _snippet(other.text, chars),
+                })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+SECTIONS = [
+    ("Funnel", funnel_figure, funnel_table),
+    ("Removal reasons", removal_figure, removal_reasons),
+    ("Languages", language_figure, None),
+    ("Quality scores", quality_figure, None),
+    ("PII entities", pii_figure, None),
+    ("Duplicate clusters", duplicates_figure, None),
+    ("Decontamination", decontamination_figure, None),
+    ("Removed documents", None, removed_samples),
+]
+
+
+def _png(figure) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=80)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def _sections_html(folder: str, sections) -> list[str]:
+    parts = []
+    for title, make_figure, make_table in sections:
+        parts.append(f"<h2>{html.escape(title)}</h2>")
+        figure = make_figure(folder) if make_figure else None
+        table = make_table(folder) if make_table else None
+        if figure is None and table is None:
+            parts.append("<p>not in this run</p>")
+        if figure is not None:
+            parts.append(f"<img src='data:image/png;base64,{_png(figure)}'>")
+        if table is not None:
+            parts.append(table.to_html(max_rows=50))
+    return parts
+
+
+def render_html(run: str, training_run: str | None = None) -> str:
+    """One static page: every section of the curation run, then the training run's, when given."""
+    parts = [f"<html><head><meta charset='utf-8'><title>Report: {html.escape(run)}</title></head><body>",
+             f"<h1>Curation run {html.escape(run)}</h1>", *_sections_html(run, SECTIONS)]  # fmt: skip
+    if training_run:
+        from training import plots
+
+        parts += [f"<h1>Training run {html.escape(training_run)}</h1>", *_sections_html(training_run, plots.SECTIONS)]
+    parts.append("</body></html>")
+    return "\n".join(parts)

@@ -1,0 +1,92 @@
+"""Both notebooks, executed end to end against a small real curation run (every stage with figures) and a real
+training run, and `curate report` over the same runs."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from curation.quality import train as train_quality
+from curation.sources import sample
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+FILTER_FIGURES = 7  # funnel, removal reasons, languages, quality, PII, duplicate clusters, decontamination
+TRAINING_FIGURES = 5  # loss, tokens, lr, grad norm, throughput (MFU is unknown on CPUs)
+
+
+def run(*args: str, cwd: Path) -> str:
+    done = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=cwd, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("notebooks")
+    sample.generate(folder / "snapshot", pages=240, files=2, seed=11)
+    truth = pq.read_table(folder / "snapshot" / "truth.parquet").to_pandas()
+    examples = [(body, 1) for body in truth[truth.kind == "clean"].body] + [(body, 0) for body in truth[truth.kind.isin(["spam", "foreign"])].body]
+    train_quality(examples, str(folder / "quality.bin"), epoch=10)
+    problems = truth[truth.kind == "benchmark"].body.str.split("\n\n").explode().head(20)
+    (folder / "bench.jsonl").write_text("".join(json.dumps({"question": p, "answer": ""}) + "\n" for p in problems))
+    recipe = (ROOT / "curation" / "recipes" / "fineweb-snapshot.yaml").read_text()
+    recipe = recipe.replace("  - stage: heuristics\n", f"""  - stage: decontam
+    params: {{benchmarks: [{{name: sample-math, format: gsm8k, path: {folder / 'bench.jsonl'}}}]}}
+  - stage: heuristics
+""").replace("  - stage: dedup_exact\n", f"""  - stage: quality
+    params: {{model_path: {folder / 'quality.bin'}, threshold: 0.2}}
+  - stage: quality_buckets
+  - stage: dedup_exact
+""")
+    (folder / "recipe.yaml").write_text(recipe)
+    run("curation", "run", str(folder / "recipe.yaml"), "--input", str(folder / "snapshot" / "*.warc.gz"), "--output", "curated",
+        "--num-cpus", "2", "--keep-removed", cwd=folder)  # fmt: skip
+    run("curation", "tokenize", "curated", "--vocab-size", "1024", cwd=folder)
+    (folder / "mix.yaml").write_text("name: nb\nsources:\n  web: {paths: ['curated/tokens/part-*.parquet']}\n  web_hq: "
+                                     "{paths: ['curated/tokens/part-*.parquet'], where: {column: bucket, equals: hq}, max_epochs: 100}\n"
+                                     "phases:\n  - {name: a, fraction: 0.5, weights: {web: 1}}\n  - {name: b, weights: {web: 0.5, web_hq: 0.5}}\n")  # fmt: skip
+    run("training", "--mixture", "mix.yaml", "--steps", "6", "--out", "trained", cwd=folder)
+    return folder / "curated", folder / "trained"
+
+
+def execute(notebook: str, variable: str, value: Path):
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(ROOT / "notebooks" / notebook, as_version=4)
+    assert all(not cell.get("outputs") for cell in nb.cells if cell.cell_type == "code"), "stored with outputs"
+    nb.cells[1].source = f'{variable} = "{value}"'
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    outputs = [output for cell in nb.cells if cell.cell_type == "code" for output in cell.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    return outputs
+
+
+def test_filter_stats_notebook_draws_every_figure(runs):
+    outputs = execute("filter_stats.ipynb", "RUN", runs[0])
+    figures = sum("image/png" in o.get("data", {}) for o in outputs)
+    printed = " ".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    assert figures == FILTER_FIGURES, printed  # nothing is missing from this run
+    tables = " ".join(o.get("data", {}).get("text/html", "") for o in outputs)
+    assert "decontam/sample-math" in tables and "removed text" in tables and "04_decontam" in tables
+
+
+def test_training_notebook_draws_every_figure(runs):
+    outputs = execute("training_run.ipynb", "TRAIN", runs[1])
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == TRAINING_FIGURES
+
+
+def test_curate_report_has_every_section(runs):
+    from curation.report import SECTIONS
+    from training.plots import SECTIONS as TRAINING
+
+    html_file = runs[0] / "report.html"
+    run("curation", "report", str(runs[0]), "--training", str(runs[1]), cwd=runs[0].parent)
+    page = html_file.read_text()
+    for title, _, _ in SECTIONS + TRAINING:
+        assert f"<h2>{title}</h2>" in page, title
+    assert page.count("<img") == FILTER_FIGURES + TRAINING_FIGURES and page.count("not in this run") == 1  # MFU on CPU
