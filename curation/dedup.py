@@ -180,7 +180,7 @@ def buckets_step(ctx: PassContext, partition: int) -> dict:
     band, key, node = (keys[c].to_numpy() for c in ("band", "key", "node"))
     order = np.lexsort((node, key, band))
     band, key, node = band[order], key[order], node[order]
-    new_bucket = np.r_[True, (band[1:] != band[:-1]) | (key[1:] != key[:-1])]
+    new_bucket = np.r_[True, (band[1:] != band[:-1]) | (key[1:] != key[:-1])] if len(node) else np.zeros(0, bool)
     first = np.maximum.accumulate(np.where(new_bucket, np.arange(len(node)), 0))
     member = ~new_bucket & (node != node[first])
     u, v = _unique_edges(_edges(node[member], node[first][member]))

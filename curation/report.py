@@ -8,7 +8,6 @@ read the run through `curation.stats.load` and the stage parts, never by parsing
 import base64
 import html
 import io
-from pathlib import Path
 
 import fsspec
 import pandas as pd
@@ -16,7 +15,7 @@ import pyarrow.parquet as pq
 from matplotlib.figure import Figure
 
 from curation import stats
-from curation.io import read_json
+from curation.io import read_json, read_parquet
 
 
 def _parts(run: str, folder: str, columns: list[str]) -> pd.DataFrame:
@@ -169,8 +168,9 @@ def duplicates_figure(run: str):
 
 
 def decontamination_hits(run: str) -> pd.DataFrame | None:
-    path = Path(run) / "decontamination.parquet"
-    return pq.read_table(path).to_pandas() if path.exists() else None
+    fs, root = fsspec.core.url_to_fs(run)
+    path = f"{root.rstrip('/')}/decontamination.parquet"
+    return read_parquet(fs, path).to_pandas() if fs.exists(path) else None
 
 
 def decontamination_figure(run: str):

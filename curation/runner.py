@@ -212,7 +212,7 @@ def _run_pass(ctx: dedup.PassContext, stage_dir: str, manifest: Manifest, on_ste
                 done[str(task)] = ray.get(ready[0])
             except Exception as error:
                 cause = getattr(error, "cause", None) or error
-                raise PassFailed(f"{stage_dir}: step {name}, task {task} failed: {str(cause).strip().splitlines()[-1]}") from None
+                raise PassFailed(f"{stage_dir}: step {name}, task {task} failed: {(str(cause).strip().splitlines() or [repr(cause)])[-1]}") from None
             manifest.save()
             if on_step:
                 on_step(stage_dir, name, len(done), total)
@@ -315,7 +315,7 @@ def run(
                 shard_stats = ray.get(ready[0])
             except Exception as error:
                 cause = getattr(error, "cause", None) or error
-                result.failures.append(ShardFailure(stage_dir, task.shard, task.input, str(cause).strip().splitlines()[-1]))
+                result.failures.append(ShardFailure(stage_dir, task.shard, task.input, (str(cause).strip().splitlines() or [repr(cause)])[-1]))
                 continue
             manifest.record(stage_dir, shard_stats)
             if progress:

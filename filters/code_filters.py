@@ -63,7 +63,10 @@ class CodeFilters(Stage):
     def annotate(self, table: pa.Table) -> Annotation:
         texts, urls = table["text"].to_pylist(), table["url"].to_pylist()
         languages = table["language"].to_pylist() if "language" in table.column_names else [None] * len(texts)
-        repositories = table["repository"].to_pylist() if "repository" in table.column_names else [None] * len(texts)
-        with_tests = {repo for repo, url in zip(repositories, urls) if url and _TEST_PATH.search(str(PurePosixPath(url)))}
+        if "repository" in table.column_names:
+            repositories = table["repository"].to_pylist()
+        else:  # the first folder of the path, as the code source writes urls (repository/path)
+            repositories = [str(url).split("/", 1)[0] if url else None for url in urls]
+        with_tests = {repo for repo, url in zip(repositories, urls) if repo and url and _TEST_PATH.search(str(PurePosixPath(url)))}
         reasons = [self.reason(text or "", language) for text, language in zip(texts, languages)]
         return Annotation(reasons, {"repo_has_tests": [repo in with_tests for repo in repositories]})

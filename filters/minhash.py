@@ -4,7 +4,7 @@
 Two documents become candidates when all rows of one band agree: with Jaccard s that happens with probability
 1 - (1 - s^rows)^bands (about 0.92 at s = 0.8 and 0.05 at s = 0.5 for 14 x 8). `verify: true` then computes the
 true Jaccard of the shingle sets of each candidate pair and drops pairs under `threshold`, which removes the
-false positives the S-curve lets through. Leave out `bands` and `rows` to have them chosen for `threshold`
+false positives the S-curve lets through. Set `bands` and `rows` to null to have them chosen for `threshold`
 (datasketch's weighting of false positives against false negatives).
 """
 
@@ -36,7 +36,7 @@ def optimal_bands(threshold: float, num_perm: int) -> tuple[int, int]:
 
 class MinhashParams(DuplicateParams):
     num_perm: int = Field(112, gt=0, le=1024)
-    bands: int | None = Field(14, gt=0, description="LSH bands; with rows left out, chosen for threshold")
+    bands: int | None = Field(14, gt=0, description="LSH bands; with rows, set both to null to choose them for threshold")
     rows: int | None = Field(8, gt=0, description="hashes per band")
     ngram: int = Field(5, gt=0, description="words per shingle")
     normalization: Normalization = Field("fineweb", description="whitespace | lower | fineweb")

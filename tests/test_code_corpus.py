@@ -42,6 +42,8 @@ def test_data_languages_and_the_test_signal():
     assert dict(zip(result.kept["id"].to_pylist(), result.kept["repo_has_tests"].to_pylist())) == {"code": True, "other": False}
     allowed = CodeFilters(CodeFilters.Params(data_languages=[])).process(table)
     assert allowed.dropped == {}
+    without = CodeFilters().process(table.drop_columns(["repository"]))  # the repository is the url's first folder
+    assert without.kept["repo_has_tests"].to_pylist() == [True, False]
 
 
 def test_reader_counts_what_is_not_a_document(tmp_path):
@@ -56,12 +58,13 @@ def test_reader_counts_what_is_not_a_document(tmp_path):
     (repo / "blob.py").write_bytes(b"x = 1\x00\x00\x00")
     (repo / "latin.py").write_bytes("s = 'caf\xe9'\n".encode("latin-1"))
     (repo / "huge.py").write_text("x = 1\n" * 300_000)
+    (repo / "gone.py").symlink_to(tmp_path / "nowhere.py")
     result = CodeReader("local").read(str(repo))
     rows = {row["url"]: row for row in result.table.to_pylist()}
     assert sorted(rows) == ["proj/pkg/mod.py", "proj/pkg/native.c"]
     assert rows["proj/pkg/native.c"]["language"] == "c" and rows["proj/pkg/mod.py"]["source"] == "code"
     assert {row["repository"] for row in rows.values()} == {"proj"}
-    assert result.dropped == {"not_code": 1, "binary_file": 1, "undecodable": 1, "file_too_large": 1}
+    assert result.dropped == {"not_code": 1, "binary_file": 1, "undecodable": 1, "file_too_large": 1, "not_a_file": 1}
     assert CodeReader("local").read(str(repo / "pkg" / "*.py")).table["url"].to_pylist() == ["pkg/mod.py"]
     with pytest.raises(FileNotFoundError, match="neither a directory nor a glob"):
         CodeReader("local").read(str(tmp_path / "missing"))

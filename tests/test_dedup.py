@@ -195,6 +195,12 @@ def test_connected_components_across_partitions_match_union_find(tmp_path, shape
     assert found == _reference_components(u[keep], v[keep])
 
 
+def test_an_empty_partition_has_no_buckets(tmp_path):
+    recipe = parse_recipe({"name": "t", "stages": [{"stage": "minhash"}]}, "t")
+    ctx = dedup.PassContext(recipe, 0, "empty-partition", str(tmp_path), {}, partitions=1)
+    assert dedup.buckets_step(ctx, 0) == {"keys": 0, "buckets": 0, "candidate_pairs": 0}
+
+
 def test_local_components_reduce_edges_to_stars():
     u, v = np.array([9, 7, 5, 30]), np.array([7, 5, 3, 20])
     members, roots = dedup.local_components(u, v)

@@ -5,6 +5,7 @@ import inspect
 import json
 import string
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -267,3 +268,27 @@ def test_train_plan_cli_prints_and_fails_over_cap(three_sources):
     assert ok.returncode == 0 and "tokens available" in ok.stdout and "web" in ok.stdout, ok.stdout + ok.stderr
     over = subprocess.run([sys.executable, "-m", "training", "plan", "--mixture", path], capture_output=True, text=True, timeout=300)
     assert over.returncode == 1 and "Chinchilla" in over.stdout and "over its max_epochs" in over.stdout
+
+
+def test_one_tokenizer_check_compares_content_and_old_states_load(three_sources, tmp_path):
+    from tokenizers import Tokenizer
+
+    from training.mixture import MixtureError
+
+    mixture, eos = three_sources
+    tokenizer = Tokenizer.from_file(mixture.tokenizer_path())
+    pretty = tmp_path / "pretty.json"
+    tokenizer.save(str(pretty), pretty=True)
+    shards = Path(sorted(glob.glob(mixture.sources["web"].paths[0]))[0]).parent
+    (shards / "tokenizer.json").write_text(tokenizer.to_str())
+    data = mixture.model_dump()
+    data["tokenizer"] = str(pretty)
+    type(mixture).model_validate(data).check_one_tokenizer()  # same tokenizer, other formatting
+    other = train_tokenizer(["completely different text"] * 10, 300)
+    (shards / "tokenizer.json").write_text(other.to_str())
+    with pytest.raises(MixtureError, match="source 'web' was tokenized with"):
+        type(mixture).model_validate(data).check_one_tokenizer()
+    (shards / "tokenizer.json").unlink()
+    data_loader = loader(mixture, eos, global_batch=8)
+    data_loader.load_state_dict({"seed": 1, "seq_len": 64, "phase": 0, "sequences": {"web": 11, "code": 3, "rest": 2}})
+    assert data_loader.step == 2 and data_loader.phase_counts == [11, 3, 2]

@@ -193,6 +193,7 @@ class MixtureLoader:
         if state["seed"] != self.seed or state["seq_len"] != self.seq_len:
             raise ValueError(f"checkpoint data state has seed/seq_len {state['seed']}/{state['seq_len']}, "
                              f"this run {self.seed}/{self.seq_len}")  # fmt: skip
-        self.step, self.phase = state["step"], state["phase"]
         self.counts = [state["sequences"].get(name, 0) for name in self.names]
-        self.phase_counts = [state["phase_sequences"].get(name, 0) for name in self.names]
+        # a state from before curriculum phases had one phase: its step and phase counts follow from the sequences
+        self.step, self.phase = state.get("step", sum(self.counts) // self.global_batch), state["phase"]
+        self.phase_counts = [state.get("phase_sequences", state["sequences"]).get(name, 0) for name in self.names]

@@ -1,6 +1,7 @@
 """Mixture YAML: named sources of token shards with weights by tokens, in phases. Validated at load."""
 
 import glob
+import json
 from pathlib import Path
 
 import yaml
@@ -95,10 +96,10 @@ class Mixture(BaseModel):
 
     def check_one_tokenizer(self) -> None:
         """Every source whose shards have a tokenizer.json beside them was tokenized with the mixture's tokenizer."""
-        expected = Path(self.tokenizer_path()).read_bytes()
+        expected = json.loads(Path(self.tokenizer_path()).read_text())  # parsed: formatting differs between writers
         for name in self.source_names():
             beside = Path(self.shard_files(name)[0]).parent / "tokenizer.json"
-            if beside.is_file() and beside.read_bytes() != expected:
+            if beside.is_file() and json.loads(beside.read_text()) != expected:
                 raise MixtureError(
                     f"mixture {self.name!r}: source {name!r} was tokenized with {beside}, not {self.tokenizer_path()}; "
                     f"tokenize its run again with `curate tokenize RUN_DIR --tokenizer {self.tokenizer_path()}`"

@@ -3,7 +3,7 @@
 The default corpus is the Python installation's own standard library, which every machine has: one shard per
 top-level package and one for the loose modules. A file becomes a document with `source: code`, its programming
 `language` from the extension, its `repository` and its path inside it as `url`; what cannot be one is counted
-(`binary_file`, `undecodable`, `file_too_large`, `not_code`), never silently skipped.
+(`binary_file`, `undecodable`, `file_too_large`, `not_code`, `not_a_file`, `unreadable`), never silently skipped.
 """
 
 import glob
@@ -60,15 +60,22 @@ class CodeReader:
         base = os.path.dirname(path) if glob.has_magic(path) else path
         dropped, rows, digest, size = Counter(), [], hashlib.sha256(), 0
         for file in files:
-            size += os.path.getsize(file)
             language = LANGUAGES.get(Path(file).suffix.lower())
             if language is None:
                 dropped["not_code"] += 1
                 continue
+            if not os.path.isfile(file):  # a broken link, a pipe, a socket: never opened
+                dropped["not_a_file"] += 1
+                continue
+            size += os.path.getsize(file)
             if os.path.getsize(file) > self.max_file_bytes:
                 dropped["file_too_large"] += 1
                 continue
-            data = Path(file).read_bytes()
+            try:
+                data = Path(file).read_bytes()
+            except OSError:
+                dropped["unreadable"] += 1
+                continue
             digest.update(data)
             if b"\x00" in data[:8192]:
                 dropped["binary_file"] += 1
