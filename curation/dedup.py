@@ -71,14 +71,9 @@ class PassContext:
         return "/".join([self.work.rstrip("/"), *parts])
 
 
-_STAGES: dict[str, DuplicateFilter] = {}  # per worker process, as the runner's stage cache
-
-
 def stage_of(ctx: PassContext) -> DuplicateFilter:
-    stage = _STAGES.get(ctx.stage_hash)
-    if stage is None:
-        stage = _STAGES[ctx.stage_hash] = ctx.recipe.build(ctx.stage_index)
-        stage.ready()
+    stage = ctx.recipe.worker_stage(ctx.stage_index, ctx.stage_hash)
+    stage.ready()
     return stage
 
 

@@ -12,6 +12,9 @@ from filters import STAGES
 from filters.base import Stage
 
 
+_WORKER_STAGES: dict[str, Stage] = {}
+
+
 class RecipeError(ValueError):
     pass
 
@@ -50,6 +53,13 @@ class Recipe(BaseModel):
         spec = self.stages[index]
         cls = STAGES[spec.stage]
         return cls(cls.Params.model_validate(spec.params))
+
+    def worker_stage(self, index: int, key: str) -> Stage:
+        """The stage built once per worker process and config hash (setup() then runs once, not once per shard)."""
+        stage = _WORKER_STAGES.get(key)
+        if stage is None:
+            stage = _WORKER_STAGES[key] = self.build(index)
+        return stage
 
     def stage_dirs(self) -> list[str]:
         """Folder names in run order: 00_read, then one per stage."""

@@ -23,10 +23,10 @@ def _parts(run: str, folder: str, columns: list[str]) -> pd.DataFrame:
     fs, root = fsspec.core.url_to_fs(run)
     frames = []
     for path in sorted(fs.glob(f"{root.rstrip('/')}/{folder}/part-*.parquet")):
-        names = pq.read_schema(fs.open(path, "rb")).names
-        if all(c in names for c in columns):
-            with fs.open(path, "rb") as handle:
-                frames.append(pq.read_table(handle, columns=columns).to_pandas())
+        with fs.open(path, "rb") as handle:
+            part = pq.ParquetFile(handle)
+            if all(c in part.schema_arrow.names for c in columns):
+                frames.append(part.read(columns=columns).to_pandas())
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
 
@@ -35,10 +35,14 @@ def _stage_dirs(run: str) -> list[str]:
 
 
 def _stage_with(run: str, column: str) -> str | None:
-    """The first stage whose output has `column`."""
+    """The first stage whose output has `column` (by its first part's schema)."""
+    fs, root = fsspec.core.url_to_fs(run)
     for stage in _stage_dirs(run):
-        if not _parts(run, stage, [column]).empty:
-            return stage
+        first = sorted(fs.glob(f"{root.rstrip('/')}/{stage}/part-*.parquet"))[:1]
+        if first:
+            with fs.open(first[0], "rb") as handle:
+                if column in pq.read_schema(handle).names:
+                    return stage
     return None
 
 

@@ -26,11 +26,9 @@ from curation.sources.code_tree import CodeReader
 from curation.sources.parquet_documents import ParquetReader
 from curation.sources.warc import WarcReader
 from filters import STAGES
-from filters.base import Stage
 from filters.duplicates import DuplicateFilter
 
 MANIFEST = "manifest.json"
-_STAGE_CACHE: dict[str, Stage] = {}  # per worker process: setup() runs once, not once per shard
 
 
 @dataclass
@@ -65,13 +63,6 @@ def part_name(shard: int) -> str:
     return f"part-{shard:05d}.parquet"
 
 
-def _stage(task: ShardTask) -> Stage:
-    stage = _STAGE_CACHE.get(task.stage_hash)
-    if stage is None:
-        stage = _STAGE_CACHE[task.stage_hash] = task.recipe.build(task.stage_index - 1)
-    return stage
-
-
 def run_shard(task: ShardTask) -> dict:
     """One stage on one shard; returns that shard's stats. Raises with the file named when the file itself fails."""
     fs, _ = fsspec.core.url_to_fs(task.output)
@@ -90,7 +81,7 @@ def run_shard(task: ShardTask) -> dict:
             table = read_parquet(fs, task.input)
             if task.clusters is not None:
                 table = dedup.attach_clusters(task.clusters, task.shard, table)
-            stage = _stage(task)
+            stage = task.recipe.worker_stage(task.stage_index - 1, task.stage_hash)
             outcome = stage.process(table)
             kept, dropped, removed, extra = outcome.kept, outcome.dropped, outcome.removed, dict(outcome.stats)
             docs_in, bytes_in = table.num_rows, text_bytes(table)

@@ -15,24 +15,30 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
 from training.mixture import Mixture, SourceFilter
 
 
-def selected(meta, where: SourceFilter) -> np.ndarray:
-    """Which rows of a shard a source's `where` keeps."""
-    values = meta[where.column].to_pylist()
-    keep = np.ones(len(values), dtype=bool)
-    for row, value in enumerate(values):
+def read_selected(path: str, columns: list[str], where: SourceFilter | None) -> tuple[pa.Table, np.ndarray]:
+    """`columns` of a token shard, and the rows a source's `where` keeps (all without one)."""
+    if where is None:
+        meta = pq.read_table(path, columns=columns)
+        return meta, np.arange(meta.num_rows)
+    if where.column not in pq.read_schema(path).names:
+        raise ValueError(f"{path} has no column {where.column!r} to select by: tokenize a run whose stages add it")
+    meta = pq.read_table(path, columns=columns + [where.column])
+    keep = np.ones(meta.num_rows, dtype=bool)
+    for row, value in enumerate(meta[where.column].to_pylist()):
         if where.equals is not None and value != where.equals:
             keep[row] = False
         elif where.min is not None and (value is None or value < where.min):
             keep[row] = False
         elif where.max is not None and (value is None or value > where.max):
             keep[row] = False
-    return keep
+    return meta, np.flatnonzero(keep)
 
 
 def choose_sources(counts: list[int], weights: list[float], n: int) -> list[int]:
@@ -54,10 +60,7 @@ class SourceStream:
         self.name, self.files, self.seq_len, self.seed, self.eos_id = name, files, seq_len, seed, eos_id
         ids, lengths, locations = [], [], []
         for file_index, path in enumerate(files):
-            if where and where.column not in pq.read_schema(path).names:
-                raise ValueError(f"{path} has no column {where.column!r} to select by: tokenize a run whose stages add it")
-            meta = pq.read_table(path, columns=["id", "n_tokens"] + ([where.column] if where else []))
-            rows = np.arange(meta.num_rows) if where is None else np.flatnonzero(selected(meta, where))
+            meta, rows = read_selected(path, ["id", "n_tokens"], where)
             ids += [meta["id"][int(row)].as_py() for row in rows]
             lengths.append(meta["n_tokens"].to_numpy()[rows])
             locations += [(file_index, int(row)) for row in rows]

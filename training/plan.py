@@ -8,10 +8,7 @@ Chinchilla budget of 20 tokens per parameter.
 
 from dataclasses import dataclass
 
-import numpy as np
-import pyarrow.parquet as pq
-
-from training.data import selected
+from training.data import read_selected
 from training.mixture import Mixture
 
 CHINCHILLA_TOKENS_PER_PARAM = 20
@@ -36,13 +33,9 @@ class SourcePlan:
 
 def available_tokens(mixture: Mixture, name: str) -> tuple[int, int]:
     """(documents, tokens with one EOS each) of a source, after its `where`."""
-    spec, documents, tokens = mixture.sources[name], 0, 0
+    documents, tokens = 0, 0
     for path in mixture.shard_files(name):
-        columns = ["n_tokens"] + ([spec.where.column] if spec.where else [])
-        if spec.where and spec.where.column not in pq.read_schema(path).names:
-            raise ValueError(f"{path} has no column {spec.where.column!r} to select by: tokenize a run whose stages add it")
-        meta = pq.read_table(path, columns=columns)
-        rows = np.flatnonzero(selected(meta, spec.where)) if spec.where else np.arange(meta.num_rows)
+        meta, rows = read_selected(path, ["n_tokens"], mixture.sources[name].where)
         documents += len(rows)
         tokens += int(meta["n_tokens"].to_numpy()[rows].sum()) + len(rows)
     return documents, tokens

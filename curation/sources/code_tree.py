@@ -67,8 +67,9 @@ class CodeReader:
             if not os.path.isfile(file):  # a broken link, a pipe, a socket: never opened
                 dropped["not_a_file"] += 1
                 continue
-            size += os.path.getsize(file)
-            if os.path.getsize(file) > self.max_file_bytes:
+            file_size = os.path.getsize(file)
+            size += file_size
+            if file_size > self.max_file_bytes:
                 dropped["file_too_large"] += 1
                 continue
             try:
