@@ -82,7 +82,7 @@ def main() -> None:
         sample.generate(folder / "sample", pages=3000, files=1, seed=3)
         bodies = [b for b in pq.read_table(folder / "sample" / "truth.parquet")["body"].to_pylist() if b]
         texts = [bodies[i % len(bodies)] for i in range(args.docs)]
-        benchmark_items = [text for spec in (specs or [synthetic]) for _, text in load_items(spec)]
+        benchmark_items = [texts[0] for spec in (specs or [synthetic]) for _, texts in load_items(spec)]
         planted = sorted(rng.sample(range(args.docs), args.docs // 100))
         for doc in planted:
             middle = len(texts[doc]) // 2

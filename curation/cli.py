@@ -47,11 +47,12 @@ def _parser() -> argparse.ArgumentParser:
 
     tokenize = commands.add_parser(
         "tokenize",
-        help="tokenize a run's curated text into token shards for `train`",
+        help="tokenize runs' curated text into token shards for `train`, all with one tokenizer",
         description="Writes RUN/tokens/part-*.parquet (id, source, tokens, n_tokens), tokenizer.json and stats.json "
-        "(documents and tokens per source). Without --tokenizer a byte-level BPE is trained on the curated text.",
+        "(documents and tokens per source) for every RUN. Without --tokenizer one byte-level BPE is trained on the "
+        "curated text of all of them, so the runs of one mixture (web, code, rest) can be tokenized in one command.",
     )
-    tokenize.add_argument("output", help="a folder written by `curate run`")
+    tokenize.add_argument("output", nargs="+", help="folders written by `curate run`")
     tokenize.add_argument("--tokenizer", help="an HF tokenizers tokenizer.json to use (must have <|endoftext|>)")
     tokenize.add_argument("--vocab-size", type=int, default=8192, help="vocabulary of a newly trained tokenizer")
 
@@ -72,13 +73,30 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--lr", type=float, default=0.5)
     train.add_argument("--dim", type=int, default=64)
     train.add_argument("--word-ngrams", type=int, default=2)
+    train.add_argument("--bucket", type=int, default=200_000, help="hash buckets of word n-grams")
+    train.add_argument("--select", action="store_true",
+                       help="choose epoch, lr and word n-grams by 4-fold CV on the training documents first")  # fmt: skip
+    train.add_argument("--quantize", action="store_true", help="write fastText's compressed model (.ftz)")
+    train.add_argument("--cutoff", type=int, default=20_000, help="with --quantize: rows of the embedding kept")
     train.add_argument("--threads", type=int, default=1, help="more is faster but not reproducible")
     train.add_argument("--seed", type=int, default=0)
+    cv = quality_commands.add_parser(
+        "cv", help="nested cross-validated AUC of `quality train --select`, beside a length-only baseline",
+        description="Per outer fold, epoch/lr/word n-grams are chosen by inner CV on the other folds only, then a model "
+        "is trained on them (quantized with --quantize, like the shipped one) and scored on the held-out fold, so "
+        "the AUC is not tuned on what it is scored on. The baseline scores documents by word count.",
+    )  # fmt: skip
+    cv.add_argument("labelled", nargs="+", help="JSONL(.gz) or Parquet with a text field and a 0/1 label field")
+    cv.add_argument("--outer", type=int, default=5)
+    cv.add_argument("--inner", type=int, default=4)
+    cv.add_argument("--quantize", action="store_true", help="score quantized outer models (--cutoff rows)")
+    cv.add_argument("--cutoff", type=int, default=20_000)
+    cv.add_argument("--seed", type=int, default=0)
     evaluate = quality_commands.add_parser("eval", help="accuracy, precision, recall and AUC of a model on a labelled file")
     evaluate.add_argument("--model", required=True)
     evaluate.add_argument("labelled", help="JSONL(.gz) or Parquet with a text field and a 0/1 label field")
     evaluate.add_argument("--threshold", type=float, default=0.5)
-    for sub in (train, evaluate):
+    for sub in (train, cv, evaluate):
         sub.add_argument("--text-field", default="text")
         sub.add_argument("--label-field", default="label")
 
@@ -89,7 +107,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Word n-grams (lowercase, no punctuation) of every benchmark item, hashed, in FOLDER.",
     )
     index.add_argument("--benchmarks", nargs="+", required=True, metavar="FORMAT=PATH",
-                       help="a built-in format and its file or folder, e.g. gsm8k=gsm8k/test.jsonl humaneval=HumanEval.jsonl.gz")  # fmt: skip
+                       help="a built-in format and its file or folder, e.g. mmlu=mmlu/test hellaswag=hellaswag_val.jsonl; "
+                            "a bare gsm8k or humaneval takes the copy shipped in the package")  # fmt: skip
     index.add_argument("--ngram", type=int, default=13, help="words per n-gram")
     index.add_argument("--min-words", type=int, default=8, help="items shorter than this are not indexed")
     index.add_argument("--output", default="runs/decontam-index", help="folder to write the index into")
@@ -108,12 +127,35 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def text_inputs(args, console: Console) -> tuple[list[str], str]:
+    """Directories or files of prose, checked here: a wrong path is one line before Ray starts, not a traceback."""
+    from curation.sources import python_docs
+    from curation.sources.text_corpus import SUFFIXES, supported, text_files
+
+    if not args.input:
+        paths = python_docs.ensure()
+        console.print(f"[bold]No --input: curating Python's shipped reference docs[/] (help() topics and module "
+                      f"docstrings, {len(paths)} shards in {Path(paths[0]).parent}/)")  # fmt: skip
+        return paths[: args.max_files], args.snapshot or f"python-docs-{Path(paths[0]).parent.name}"
+    inputs = []
+    for pattern in args.input:
+        for path in sorted(glob.glob(pattern)) or [pattern]:
+            if not os.path.exists(path):
+                raise SystemExit(f"curate: --input {path!r} does not exist")
+            if not any(map(supported, text_files(path))):
+                raise SystemExit(f"curate: --input {path!r} has no {'/'.join(SUFFIXES)} files")
+            inputs.append(str(Path(path).resolve()))
+    return sorted(dict.fromkeys(inputs))[: args.max_files], args.snapshot or "local"
+
+
 def resolve_inputs(args, console: Console, kind: str = "warc") -> tuple[list[str], str]:
     """The input files (for code: repository directories) and the snapshot name they belong to."""
     from curation.sources import sample
     from curation.sources.code_tree import stdlib_inputs
     from curation.sources.commoncrawl import commoncrawl_warc_urls, snapshot_of
 
+    if kind == "text":
+        return text_inputs(args, console)
     if kind == "code":
         if not args.input:
             console.print("[bold]No --input: curating this Python's standard library[/] (a shard per package)")
@@ -230,18 +272,20 @@ def cmd_stats(args) -> int:
 def cmd_tokenize(args) -> int:
     from rich.table import Table
 
-    from curation.tokenize import tokenize_run
+    from curation.tokenize import tokenize_runs
 
     try:
-        stats = tokenize_run(args.output, args.tokenizer, args.vocab_size)
+        runs = tokenize_runs(args.output, args.tokenizer, args.vocab_size)
     except (FileNotFoundError, ValueError) as error:
         print(f"curate: {error}", file=sys.stderr)
         return 2
-    table = Table(title=f"Tokens in {args.output}/tokens (vocabulary {stats['vocab_size']:,})")
-    for column in ("source", "documents", "tokens"):
-        table.add_column(column, justify="left" if column == "source" else "right")
-    for source, counts in stats["sources"].items():
-        table.add_row(source, f"{counts['documents']:,}", f"{counts['tokens']:,}")
+    vocabulary = next(iter(runs.values()))["vocab_size"]
+    table = Table(title=f"Tokens (one tokenizer, vocabulary {vocabulary:,})")
+    for column in ("run", "source", "documents", "tokens"):
+        table.add_column(column, justify="left" if column in ("run", "source") else "right")
+    for run_dir, stats in runs.items():
+        for source, counts in stats["sources"].items():
+            table.add_row(f"{run_dir}/tokens", source, f"{counts['documents']:,}", f"{counts['tokens']:,}")
     _console().print(table)
     return 0
 
@@ -257,6 +301,9 @@ def cmd_quality(args) -> int:
             scores = quality.score(model, [t for t, _ in pairs])
             print(f"{args.model} on {args.labelled}: {quality.evaluate(scores, [lab for _, lab in pairs], args.threshold).line()}")
             return 0
+        if args.quality_command == "cv":
+            examples = [pair for f in args.labelled for pair in quality.read_texts(f, args.text_field, args.label_field)]
+            return _nested_cv(quality, examples, args)
         examples = [(t, 1) for f in args.positive for t, _ in quality.read_texts(f, args.text_field)]
         examples += [(t, 0) for f in args.negative for t, _ in quality.read_texts(f, args.text_field)]
         examples += [pair for f in args.labelled for pair in quality.read_texts(f, args.text_field, args.label_field)]
@@ -267,12 +314,37 @@ def cmd_quality(args) -> int:
         print("curate: training needs both positive and negative examples", file=sys.stderr)
         return 2
     fit, held = quality.split(examples, args.holdout, args.seed) if args.holdout > 0 else (examples, [])
-    model = quality.train(fit, args.out, epoch=args.epoch, lr=args.lr, dim=args.dim, word_ngrams=args.word_ngrams,
-                          threads=args.threads, seed=args.seed)  # fmt: skip
+    settings = {"epoch": args.epoch, "lr": args.lr, "word_ngrams": args.word_ngrams}
+    if args.select:
+        settings, inner_auc = quality.select_settings(fit, quality.GRID, seed=args.seed, dim=args.dim, bucket=args.bucket)
+        print(f"chosen by 4-fold CV on the {len(fit)} training documents: {settings} (mean AUC {inner_auc:.3f})")
+    model = quality.train(fit, args.out, dim=args.dim, bucket=args.bucket, threads=args.threads, seed=args.seed,
+                          quantize=args.quantize, cutoff=args.cutoff if args.quantize else 0, **settings)  # fmt: skip
     print(f"trained on {len(fit)} documents ({sum(label for _, label in fit)} positive) -> {args.out}")
     if held:
         scores = quality.score(model, [t for t, _ in held])
         print(f"held-out: {quality.evaluate(scores, [label for _, label in held]).line()}")
+    return 0
+
+
+def _nested_cv(quality, examples: list[tuple[str, int]], args) -> int:
+    from rich.table import Table
+
+    if len({label for _, label in examples}) < 2:
+        print("curate: cross-validation needs both positive and negative examples", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    results = quality.nested_cross_validate(examples, quality.GRID, args.outer, args.inner, args.seed,
+                                            quantize_cutoff=args.cutoff if args.quantize else None)  # fmt: skip
+    table = Table(title=f"Nested {args.outer}x{args.inner}-fold CV on {len(examples)} documents ({time.perf_counter() - started:.0f} s)")
+    for column in ("outer fold", "chosen settings (inner CV)", "inner AUC", "held-out AUC", "length-only AUC"):
+        table.add_column(column, justify="left" if column.startswith("chosen") else "right")
+    for fold, result in enumerate(results):
+        chosen = " ".join(f"{k}={v}" for k, v in result.settings.items())
+        table.add_row(str(fold), chosen, f"{result.inner_auc:.3f}", f"{result.auc:.3f}", f"{result.length_auc:.3f}")
+    mean = {name: sum(getattr(r, name) for r in results) / len(results) for name in ("inner_auc", "auc", "length_auc")}
+    table.add_row("mean", "", f"{mean['inner_auc']:.3f}", f"[bold]{mean['auc']:.3f}[/]", f"{mean['length_auc']:.3f}")
+    _console().print(table)
     return 0
 
 
@@ -288,15 +360,16 @@ def cmd_decontam(args) -> int:
     from pydantic import ValidationError
     from rich.table import Table
 
-    from filters.benchmark_index import FORMATS, BenchmarkSpec, NgramIndex
+    from filters.benchmark_index import FORMATS, SHIPPED, BenchmarkSpec, NgramIndex
 
     console = _console()
     if args.decontam_command == "formats":
         table = Table(title="Built-in benchmark formats")
-        for column in ("format", "fields (alternatives with |)", "item id"):
+        for column in ("format", "fields (alternatives with |)", "choices (a candidate each)", "item id", "ships"):
             table.add_column(column)
         for name, layout in sorted(FORMATS.items()):
-            table.add_row(name, " + ".join(" | ".join(f) for f in layout.fields), layout.id_field or "file:row")
+            fields, choices = (" + ".join(" | ".join(f) for f in group or []) for group in (layout.fields, layout.choices))
+            table.add_row(name, fields, choices, layout.id_field or "file:row", "yes" if name in SHIPPED else "")
         console.print(table)
         return 0
     specs = []

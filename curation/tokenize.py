@@ -45,26 +45,29 @@ def train_tokenizer(texts, vocab_size: int):
     return tokenizer
 
 
-def tokenize_run(run_dir: str, tokenizer_path: str | None = None, vocab_size: int = 8192, batch_size: int = 1024) -> dict:
-    """Write RUN/tokens/part-*.parquet, tokenizer.json and stats.json; returns the stats."""
+def tokenize_runs(run_dirs: list[str], tokenizer_path: str | None = None, vocab_size: int = 8192) -> dict[str, dict]:
+    """Tokenize several runs with ONE tokenizer (a mixture's sources must share it): the given one, or a byte-level
+    BPE trained on the curated text of all of them. Returns each run's stats."""
     from tokenizers import Tokenizer
 
-    fs, root = fsspec.core.url_to_fs(run_dir)
-    root = root.rstrip("/")
-    parts = curated_parts(run_dir)
-    out = f"{root}/{TOKENS_DIR}"
-    fs.makedirs(out, exist_ok=True)
+    parts = {run_dir: curated_parts(run_dir) for run_dir in run_dirs}  # every run checked before any work
 
     def texts():
-        for part in parts:
-            yield from read_parquet(fs, part)["text"].to_pylist()
+        for run_dir, run_parts in parts.items():
+            fs, _ = fsspec.core.url_to_fs(run_dir)
+            for part in run_parts:
+                yield from read_parquet(fs, part)["text"].to_pylist()
 
-    if tokenizer_path:
-        tokenizer = Tokenizer.from_file(tokenizer_path)
-    else:
-        tokenizer = train_tokenizer(texts(), vocab_size)
+    tokenizer = Tokenizer.from_file(tokenizer_path) if tokenizer_path else train_tokenizer(texts(), vocab_size)
     if tokenizer.token_to_id(EOS) is None:
         raise ValueError(f"tokenizer {tokenizer_path} has no {EOS} token to separate documents")
+    return {run_dir: _write_tokens(run_dir, run_parts, tokenizer) for run_dir, run_parts in parts.items()}
+
+
+def _write_tokens(run_dir: str, parts: list[str], tokenizer, batch_size: int = 1024) -> dict:
+    fs, root = fsspec.core.url_to_fs(run_dir)
+    out = f"{root.rstrip('/')}/{TOKENS_DIR}"
+    fs.makedirs(out, exist_ok=True)
     write_text_atomic(fs, f"{out}/{TOKENIZER_FILE}", tokenizer.to_str())
 
     docs, tokens, buckets, bucket_docs = Counter(), Counter(), Counter(), Counter()

@@ -6,6 +6,11 @@ so on (`FORMATS`; a recipe can name its own fields). Loading from the Hugging Fa
 second path, for a machine that has it and is online. An item's text is normalized like the documents (lowercase,
 punctuation and symbols dropped, whitespace collapsed) and indexed as hashes of its word n-grams (13 by default,
 GPT-3's and datatrove's choice); an item shorter than n words is indexed whole if it has at least `min_words`.
+
+A multiple-choice item (HellaSwag, MMLU, ARC) is indexed as one candidate per choice, its context followed by that
+ending, because a page that leaks it holds the context and the correct ending, not every ending in a row: a
+context under n words is then still found through the candidate with its ending. HumanEval and GSM8K ship in the
+package (filters/assets/benchmarks/, MIT), so the default recipe decontaminates against them with no file given.
 """
 
 import csv
@@ -13,6 +18,7 @@ import gzip
 import io
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import fsspec
 import numba
@@ -23,11 +29,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from curation.io import read_json, read_parquet, write_json_atomic, write_parquet_atomic
 from filters.normalization import normalized_bytes
+from filters.packaged import asset, cached, file_digest
 
 
 class BenchmarkFormat(BaseModel):
     model_config = ConfigDict(extra="forbid")
     fields: list[list[str]]  # each inner list: alternative paths (dotted, through lists) of one field; first found wins
+    choices: list[list[str]] | None = None  # the same for the answer choices; a list value is one choice per element
     id_field: str | None = None  # default: file name and row
     csv_columns: list[str] | None = None  # names for a headerless CSV (MMLU's original layout)
 
@@ -37,11 +45,15 @@ FORMATS: dict[str, BenchmarkFormat] = {
     "mbpp": BenchmarkFormat(fields=[["text", "prompt"], ["code"]], id_field="task_id"),
     "gsm8k": BenchmarkFormat(fields=[["question"], ["answer"]]),
     "mmlu": BenchmarkFormat(
-        fields=[["question"], ["choices", "choice0"], ["choice1"], ["choice2"], ["choice3"]],
+        fields=[["question"]], choices=[["choices", "choice0"], ["choice1"], ["choice2"], ["choice3"]],
         csv_columns=["question", "choice0", "choice1", "choice2", "choice3", "answer"],
     ),
-    "hellaswag": BenchmarkFormat(fields=[["ctx", "ctx_a"], ["endings"]], id_field="ind"),
-    "arc": BenchmarkFormat(fields=[["question.stem", "question"], ["question.choices.text", "choices.text"]], id_field="id"),
+    "hellaswag": BenchmarkFormat(fields=[["ctx", "ctx_a"]], choices=[["endings"]], id_field="ind"),
+    "arc": BenchmarkFormat(fields=[["question.stem", "question"]], choices=[["question.choices.text", "choices.text"]], id_field="id"),
+}
+SHIPPED = {  # format -> the file in the package, used when a benchmark gives neither path nor hf
+    "humaneval": ("humaneval", "HumanEval.jsonl.gz"),
+    "gsm8k": ("gsm8k", "test.jsonl"),
 }
 
 
@@ -53,24 +65,40 @@ class BenchmarkSpec(BaseModel):
     format: str | None = Field(None, description=f"one of {sorted(FORMATS)}; or give fields")
     fields: list[list[str]] | None = None
     id_field: str | None = None
-    path: str | None = Field(None, description="a file or folder: jsonl, jsonl.gz, json, csv, parquet")
+    path: str | None = Field(None, description=f"a file or folder: jsonl, jsonl.gz, json, csv, parquet; none for the "
+                                              f"copy shipped in the package ({', '.join(SHIPPED)})")  # fmt: skip
     hf: str | None = Field(None, description="a Hugging Face dataset name, loaded with `datasets` instead of path")
     hf_config: str | None = None
     hf_split: str = "test"
+    choices: list[list[str]] | None = None
 
     @model_validator(mode="after")
     def one_source_and_known_format(self) -> "BenchmarkSpec":
-        if (self.path is None) == (self.hf is None):
-            raise ValueError("give either path or hf")
         if self.format is None and self.fields is None:
             raise ValueError(f"give a format ({', '.join(sorted(FORMATS))}) or fields")
         if self.format is not None and self.format not in FORMATS:
             raise ValueError(f"unknown format {self.format!r}; known: {sorted(FORMATS)}")
+        if self.path is not None and self.hf is not None:
+            raise ValueError("give path or hf, not both")
+        if self.path is None and self.hf is None:
+            if self.format not in SHIPPED:
+                raise ValueError(f"give path or hf (only {', '.join(SHIPPED)} ship in the package)")
+            self.path = str(asset("benchmarks", *SHIPPED[self.format]))
+        if self.path and "://" not in self.path and not Path(self.path).exists():
+            raise ValueError(f"benchmark file not found: {self.path}")
         return self
 
     def layout(self) -> BenchmarkFormat:
         base = FORMATS[self.format] if self.format else BenchmarkFormat(fields=self.fields)
-        return base.model_copy(update={k: v for k, v in (("fields", self.fields), ("id_field", self.id_field)) if v})
+        overrides = (("fields", self.fields), ("choices", self.choices), ("id_field", self.id_field))
+        return base.model_copy(update={k: v for k, v in overrides if v})
+
+    def local_files(self) -> list[Path] | None:
+        """The local files the items come from (what a cached index is keyed by); None when not all local."""
+        if self.hf or "://" in self.path:
+            return None
+        root = Path(self.path)
+        return sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
 
 
 def _value(record, path: str):
@@ -130,8 +158,13 @@ def _records(path: str, layout: BenchmarkFormat):
             yield name, row, record
 
 
-def load_items(spec: BenchmarkSpec) -> list[tuple[str, str]]:
-    """(item id, text) of every item of a benchmark; an item with none of the fields is an error naming it."""
+def _found(record, alternatives: list[str]):
+    return next((_value(record, path) for path in alternatives if _value(record, path) is not None), None)
+
+
+def load_items(spec: BenchmarkSpec) -> list[tuple[str, list[str]]]:
+    """(item id, candidate texts) of every item of a benchmark: one candidate, or one per choice (context + that
+    choice) for a multiple-choice layout. An item with none of the fields is an error naming it."""
     layout = spec.layout()
     if spec.hf:
         try:
@@ -143,15 +176,17 @@ def load_items(spec: BenchmarkSpec) -> list[tuple[str, str]]:
         records = _records(spec.path, layout)
     items = []
     for name, row, record in records:
-        parts = []
-        for alternatives in layout.fields:
-            value = next((_value(record, path) for path in alternatives if _value(record, path) is not None), None)
-            if value is not None:
-                parts.append(_text(value))
+        parts = [_text(value) for value in (_found(record, alternatives) for alternatives in layout.fields) if value is not None]
         if not parts:
             raise ValueError(f"benchmark {spec.name}: {name} row {row} has none of the fields {layout.fields}")
+        choices = []
+        for alternatives in layout.choices or []:
+            value = _found(record, alternatives)
+            value = value.tolist() if hasattr(value, "tolist") else value
+            choices += [_text(v) for v in value] if isinstance(value, (list, tuple)) else [] if value is None else [_text(value)]
+        context = "\n".join(parts)
         item_id = _text(_value(record, layout.id_field)) if layout.id_field else f"{name}:{row}"
-        items.append((item_id, "\n".join(parts)))
+        items.append((item_id, [f"{context}\n{choice}" for choice in choices] or [context]))
     return items
 
 
@@ -237,34 +272,52 @@ class NgramIndex:
 
     @classmethod
     def build(cls, specs: list[BenchmarkSpec], n: int = 13, min_words: int = 8) -> "NgramIndex":
-        names, ids, texts, stats = [], [], [], {}
+        names, ids, texts, owners, stats = [], [], [], [], {}
         for spec in specs:
             loaded = load_items(spec)
-            names += [spec.name] * len(loaded)
-            ids += [item_id for item_id, _ in loaded]
-            texts += [text for _, text in loaded]
+            for item_id, candidates in loaded:
+                owners += [len(ids)] * len(candidates)
+                texts += candidates
+                names.append(spec.name)
+                ids.append(item_id)
             stats[spec.name] = {"items": len(loaded), "too_short": 0, "ngrams": 0}
+        owners = np.array(owners, dtype=np.int64)
         buffer, offsets = normalized_bytes(texts, "words")
         spaces = np.r_[0, np.cumsum(buffer == 32)]
         words = np.where(np.diff(offsets) > 0, spaces[offsets[1:]] - spaces[offsets[:-1]] + 1, 0)
-        keys, per_item = {}, np.zeros(len(texts), dtype=np.int64)
+        keys, per_item = {}, np.zeros(len(ids), dtype=np.int64)
         for length in sorted({n} | {int(k) for k in np.unique(words) if min_words <= k < n}):
-            hashes, docs, _ = ngram_hashes(buffer, offsets, length, np.empty(0, np.uint64))
-            if length < n:  # a short item is indexed whole: only its own full-length run counts
-                whole = words[docs] == length
-                hashes, docs = hashes[whole], docs[whole]
+            hashes, candidates, _ = ngram_hashes(buffer, offsets, length, np.empty(0, np.uint64))
+            if length < n:  # a short candidate is indexed whole: only its own full-length run counts
+                whole = words[candidates] == length
+                hashes, candidates = hashes[whole], candidates[whole]
+            docs = owners[candidates]  # candidates of one item share their context's n-grams: keep each once
             order = np.lexsort((docs, hashes))
             hashes, docs = hashes[order], docs[order]
             first = np.r_[True, (hashes[1:] != hashes[:-1]) | (docs[1:] != docs[:-1])] if len(hashes) else np.empty(0, bool)
             keys[length] = (hashes[first], docs[first])
-            per_item += np.bincount(docs[first], minlength=len(texts))
+            per_item += np.bincount(docs[first], minlength=len(ids))
+        longest = np.zeros(len(ids), dtype=np.int64)
+        np.maximum.at(longest, owners, words)
         names_array = np.array(names, dtype=object)
         for name in stats:
             mine = names_array == name
             stats[name]["ngrams"] = int(per_item[mine].sum())
-            stats[name]["too_short"] = int((words[mine] < min(n, min_words)).sum())
-        items = pa.table({"benchmark": names, "item_id": ids})
+            stats[name]["too_short"] = int((longest[mine] < min(n, min_words)).sum())
+        items = pa.table({"benchmark": pa.array(names, pa.string()), "item_id": pa.array(ids, pa.string())})
         return cls(n, items, keys, stats)
+
+    @classmethod
+    def cached(cls, specs: list[BenchmarkSpec], n: int = 13, min_words: int = 8) -> "NgramIndex":
+        """`build`, once per machine for the same benchmark files and settings (filters.packaged's cache): every
+        worker of a run, and every later run, loads it instead of rebuilding it. Benchmarks from the hub or a
+        remote path are built each time."""
+        files = [spec.local_files() for spec in specs]
+        if any(f is None for f in files):
+            return cls.build(specs, n, min_words)
+        settings = json.dumps([[spec.model_dump() for spec in specs], n, min_words], sort_keys=True)
+        key = file_digest(*(path for group in files for path in group), extra=settings)
+        return cls.load(str(cached("decontam_index", key, lambda folder: cls.build(specs, n, min_words).save(str(folder)))))
 
     def lookup(self, buffer: np.ndarray, offsets: np.ndarray) -> Matches:
         """Every n-gram (and whole short item) of the normalized documents that is in the index."""

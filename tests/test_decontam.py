@@ -29,16 +29,33 @@ def test_builtin_formats_read_their_layouts(tmp_path):
         handle.write(json.dumps({"id": "Mercury_1", "question": {"stem": "Which gas?", "choices": [{"text": "oxygen", "label": "A"}, {"text": "argon", "label": "B"}]}}) + "\n")
         handle.write(json.dumps({"id": "Mercury_2", "question": "Which metal?", "choices": {"text": ["iron", "gold"], "label": ["A", "B"]}}) + "\n")
     (tmp_path / "hellaswag.jsonl").write_text(json.dumps({"ind": 7, "ctx": "A man sits", "endings": ["and eats.", "and runs."]}) + "\n")
-    assert load_items(BenchmarkSpec(name="m", format="mmlu", path=str(tmp_path / "mmlu"))) == [("a_test.csv:0", "What is 2+2, exactly?\n3\n4\n5\n6")]
-    assert load_items(BenchmarkSpec(name="m", format="mmlu", path=str(tmp_path / "mmlu_header.csv")))[0][1] == "Which one?\nx\ny\nz\nw"
-    assert load_items(BenchmarkSpec(name="m", format="mmlu", path=str(tmp_path / "mmlu_hf.parquet")))[0][1] == "Q?\np q"
+    question = "What is 2+2, exactly?"
+    assert load_items(BenchmarkSpec(name="m", format="mmlu", path=str(tmp_path / "mmlu"))) == [("a_test.csv:0", [f"{question}\n{c}" for c in "3456"])]
+    assert load_items(BenchmarkSpec(name="m", format="mmlu", path=str(tmp_path / "mmlu_header.csv")))[0][1] == [f"Which one?\n{c}" for c in "xyzw"]
+    assert load_items(BenchmarkSpec(name="m", format="mmlu", path=str(tmp_path / "mmlu_hf.parquet")))[0][1] == ["Q?\np", "Q?\nq"]
     assert load_items(BenchmarkSpec(name="a", format="arc", path=str(tmp_path / "arc.jsonl.gz"))) == [
-        ("Mercury_1", "Which gas?\noxygen argon"), ("Mercury_2", "Which metal?\niron gold")
+        ("Mercury_1", ["Which gas?\noxygen", "Which gas?\nargon"]), ("Mercury_2", ["Which metal?\niron", "Which metal?\ngold"])
     ]
-    assert load_items(BenchmarkSpec(name="h", format="hellaswag", path=str(tmp_path / "hellaswag.jsonl"))) == [("7", "A man sits\nand eats. and runs.")]
-    custom = BenchmarkSpec(name="mine", fields=[["prompt"], ["target"]], id_field="key", path=str(tmp_path / "mine.jsonl"))
+    assert load_items(BenchmarkSpec(name="h", format="hellaswag", path=str(tmp_path / "hellaswag.jsonl"))) == [("7", ["A man sits\nand eats.", "A man sits\nand runs."])]
     (tmp_path / "mine.jsonl").write_text(json.dumps({"key": "k1", "prompt": "p", "target": "t"}) + "\n")
-    assert load_items(custom) == [("k1", "p\nt")]
+    custom = BenchmarkSpec(name="mine", fields=[["prompt"], ["target"]], id_field="key", path=str(tmp_path / "mine.jsonl"))
+    assert load_items(custom) == [("k1", ["p\nt"])]
+    shipped = {spec.format: load_items(spec) for spec in (BenchmarkSpec(name="h", format="humaneval"), BenchmarkSpec(name="g", format="gsm8k"))}
+    assert len(shipped["humaneval"]) == 164 and len(shipped["gsm8k"]) == 1319  # the copies in filters/assets/benchmarks
+
+
+def test_a_multiple_choice_leak_is_found_through_its_correct_ending(tmp_path):
+    """HellaSwag: the context is under 13 words, a leaking page holds it with the correct ending only."""
+    context = "A woman is outside with a bucket and a dog. The dog is running around trying to"
+    endings = ["avoid a bath while she gets the bucket of soapy water ready for it.", "dance on the grass with a ball.",
+               "get into a bath. she gets the dog wet, then it runs away again.", "sleep in the sun all afternoon long."]  # fmt: skip
+    (tmp_path / "hs.jsonl").write_text(json.dumps({"ind": 24, "ctx": context, "endings": endings, "label": 2}) + "\n")
+    stage = Decontaminator(Decontaminator.Params(benchmarks=[BenchmarkSpec(name="hellaswag", format="hellaswag", path=str(tmp_path / "hs.jsonl"))]))
+    filler = " ".join(f"word{i}" for i in range(60))
+    page = f"{filler} {context} {endings[2]} {filler}"
+    result = stage.process(pa.table({"id": ["leak", "context-only"], "url": ["u1", "u2"], "text": [page, f"{filler} {context[:40]} {filler}"]}))
+    assert result.dropped == {"decontam/hellaswag": 1} and result.kept["id"].to_pylist() == ["context-only"]
+    assert [(r["id"], r["item_id"]) for r in result.stats["report"]] == [("leak", "24")]  # one row per item, not per ending
 
 
 def test_bad_benchmark_files_are_named(tmp_path):
@@ -48,8 +65,10 @@ def test_bad_benchmark_files_are_named(tmp_path):
     (tmp_path / "other.jsonl").write_text(json.dumps({"unrelated": 1}) + "\n")
     with pytest.raises(ValueError, match=r"other.jsonl row 0 has none of the fields"):
         load_items(BenchmarkSpec(name="g", format="gsm8k", path=str(tmp_path / "other.jsonl")))
-    with pytest.raises(FileNotFoundError, match="benchmark file not found"):
-        load_items(BenchmarkSpec(name="g", format="gsm8k", path=str(tmp_path / "missing.jsonl")))
+    with pytest.raises(ValidationError, match="benchmark file not found: .*missing.jsonl"):
+        BenchmarkSpec(name="g", format="gsm8k", path=str(tmp_path / "missing.jsonl"))
+    with pytest.raises(Exception, match=r"stages\[0\]\.params\.benchmarks\[0\]: Value error, benchmark file not found: nowhere/test.jsonl"):
+        parse_recipe({"name": "x", "stages": [{"stage": "decontam", "params": {"benchmarks": [{"name": "g", "format": "gsm8k", "path": "nowhere/test.jsonl"}]}}]}, "x.yaml")
     with pytest.raises(ValidationError, match="unknown format"):
         BenchmarkSpec(name="g", format="nope", path="x")
     with pytest.raises(Exception, match=r"stages\[0\]\.params: Value error, give benchmarks"):
@@ -124,7 +143,7 @@ def snapshot_bodies(tmp_path_factory):
 
 def test_recall_on_humaneval_and_gsm8k_items_hidden_in_documents(real_benchmarks, snapshot_bodies):
     rng = random.Random(0)
-    items = [(spec.name, item_id, text) for spec in real_benchmarks for item_id, text in load_items(spec)]
+    items = [(spec.name, item_id, texts[0]) for spec in real_benchmarks for item_id, texts in load_items(spec)]
     clean = [body for body in snapshot_bodies[snapshot_bodies.kind == "clean"].body if len(body.split()) > 200]
     cases = {"verbatim": [], "perturbed": [], "middle of a long page": [], "middle 60% of its words, mid-page": []}
     for name, item_id, text in items:
@@ -156,7 +175,11 @@ def test_clean_sample_pages_are_not_flagged(real_benchmarks, snapshot_bodies):
         rate = pages.url.isin(flagged).mean()
         print(f"decontam false positives on {len(pages)} {kind} pages of the sample: {rate:.4f}")
         assert rate <= 0.001, kind
-    assert len(flagged) <= 0.001 * len(bodies)
+    leaks = bodies[bodies.kind == "leak"]
+    assert len(leaks) == 18 and leaks.url.isin(flagged).all()  # the planted real items are all found
+    found = {(r["url"], f"{r['benchmark']}/{r['item_id']}") for r in result.stats["report"]}
+    assert all((url, item) in found for url, item in zip(leaks.url, leaks.benchmark_item))
+    assert len(flagged - set(leaks.url)) <= 0.001 * len(bodies)
 
 
 @pytest.mark.slow

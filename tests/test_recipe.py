@@ -17,8 +17,11 @@ def test_builtin_fineweb_snapshot_recipe():
     recipe = load_recipe("fineweb-snapshot")
     assert "fineweb-snapshot" in builtin_recipes()
     assert recipe.stage_dirs() == [
-        "00_read", "01_url_filter", "02_extract", "03_langid", "04_heuristics", "05_dedup_exact", "06_minhash", "07_pii"
-    ]
+        "00_read", "01_url_filter", "02_extract", "03_langid", "04_heuristics", "05_quality", "06_dedup_exact",
+        "07_minhash", "08_decontam", "09_pii",
+    ]  # fmt: skip
+    assert recipe.build(0).params.fineweb_lists and recipe.build(4).params.model_path is None  # shipped defaults
+    assert [b.format for b in recipe.build(7).params.benchmarks] == ["gsm8k", "humaneval"]
     extract, langid = recipe.build(1), recipe.build(2)
     assert isinstance(extract, HtmlExtractor) and extract.params.backend == "trafilatura"
     assert isinstance(langid, LanguageFilter) and langid.params.languages == ["en"] and langid.params.min_score == 0.65
@@ -36,6 +39,12 @@ def test_builtin_fineweb_snapshot_recipe():
         ("name: x\nstages:\n  - stage: extract\n    params: {timeout: 3}\n", "stages[0].params.timeout: Extra inputs"),
         ("name: x\nsource: {max_payload_bytes: -1}\nstages:\n  - stage: extract\n", "source.max_payload_bytes"),
         ("stages:\n  - stage: extract\n", "name: Field required"),
+        ("name: x\nstages:\n  - stage: url_filter\n    params: {domain_lists: [no/such.txt]}\n",
+         "stages[0].params.domain_lists: Value error, blocklist 'no/such.txt' is neither a file nor"),
+        ("name: x\nstages:\n  - stage: decontam\n    params: {benchmarks: [{name: g, format: gsm8k, path: no/gsm.jsonl}]}\n",
+         "stages[0].params.benchmarks[0]: Value error, benchmark file not found: no/gsm.jsonl"),
+        ("name: x\nstages:\n  - stage: quality\n    params: {model_path: no/model.bin}\n",
+         "stages[0].params.model_path: Value error, quality model not found: no/model.bin"),
     ],
 )
 def test_invalid_recipes_name_the_field(tmp_path, text, message):

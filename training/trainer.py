@@ -149,8 +149,9 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
                 writer.log(record)
                 mfu = f"{record['mfu']:.1%}" if peak else "unknown"
                 line.update(done, loss, tokens_per_s, mfu)
-                line.print(f"step {done:>6}/{config.steps}  loss {loss:.4f}  lr {lr:.2e}  grad {record['grad_norm']:.3f}  "
-                           f"{tokens_per_s:,.0f} tok/s  MFU {mfu}")  # fmt: skip
+                per_source = " ".join(f"{n} {v:.3f}" for n, v in record["loss_per_source"].items())
+                line.print(f"step {done:>6}/{config.steps}  loss {loss:.4f} ({per_source})  lr {lr:.2e}  "
+                           f"grad {record['grad_norm']:.3f}  {tokens_per_s:,.0f} tok/s  MFU {mfu}")  # fmt: skip
                 timer = time.perf_counter()
         if done % config.checkpoint_every == 0 or done == config.steps:
             checkpoint.save(out / "checkpoints", done, model, optimizer, {"data": loader.state_dict()}, config.keep_checkpoints)

@@ -2,17 +2,20 @@
 
 Text comes from what every machine has: English prose from Python's own documentation
 (`pydoc_data.topics`), code from the standard library's sources, other languages, PII and names from
-Faker's locale word lists. Every page's kind (clean, duplicate, near-duplicate at a measured word-level
-Jaccard, spam, PII, benchmark-like, code, non-UTF-8, non-HTML, error page) is written to `truth.parquet`.
+Faker's locale word lists, real GSM8K and HumanEval items (the copies shipped for decontamination) leaked into a
+few pages. Every page's kind (clean, duplicate, near-duplicate at a measured word-level Jaccard, spam, PII,
+benchmark-like, benchmark leak, code, non-UTF-8, non-HTML, error page) is written to `truth.parquet`.
 """
 
 import gzip
 import html
+import json
 import inspect
 import importlib
 import random
 import re
 import uuid
+from importlib import resources
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -23,17 +26,20 @@ from faker import Faker
 
 from curation.schema import document_id
 from curation.sources.warc import payload_digest
+from filters.packaged import asset
 
 SNAPSHOT = "sample"
 TRUTH_FILE = "truth.parquet"
+VERSION = b"2"  # in truth.parquet's metadata: a sample written by an older generator is written again
 KIND_SHARES = [  # (kind, share of pages)
-    ("clean", 0.38),
+    ("clean", 0.374),
     ("foreign", 0.15),
     ("exact_dup", 0.08),
     ("near_dup", 0.08),
     ("spam", 0.06),
     ("pii", 0.08),
     ("benchmark", 0.04),
+    ("leak", 0.006),
     ("code", 0.05),
     ("non_utf8", 0.03),
     ("non_html", 0.02),
@@ -53,7 +59,9 @@ TRUTH_SCHEMA = pa.schema(
         ("kind", pa.string()), ("language", pa.string()), ("charset", pa.string()), ("http_status", pa.int32()),
         ("content_type", pa.string()), ("dup_of", pa.string()), ("jaccard", pa.float64()),
         ("pii_types", pa.list_(pa.string())), ("pii_values", pa.list_(pa.string())), ("body", pa.string()),
-    ]
+        ("benchmark_item", pa.string()),
+    ],
+    metadata={"sample_version": VERSION},
 )  # fmt: skip
 
 
@@ -82,6 +90,7 @@ class Page:
     pii: list[tuple[str, str]] = field(default_factory=list)
     code: bool = False
     payload: bytes = b""
+    benchmark_item: str | None = None  # "<benchmark>/<item id>" of a leaked benchmark item, as decontam reports it
 
 
 class SampleWriter:
@@ -91,6 +100,13 @@ class SampleWriter:
         self.seed = seed
         self.prose = self._english_prose()
         self.sites = [f"{self._faker('en').domain_word()}-{i}.example.org" for i in range(40)]
+        self.leaks, self.leaked, self.spams = 0, set(), 0
+        with open(resources.files("datatrove") / "assets" / "banned_words.txt", encoding="utf-8") as handle:
+            self.banned_words = [word for line in handle if (word := line.strip()) and word.isalpha()]
+        with open(asset("benchmarks", "gsm8k", "test.jsonl"), encoding="utf-8") as gsm8k:
+            with gzip.open(asset("benchmarks", "humaneval", "HumanEval.jsonl.gz"), "rt", encoding="utf-8") as humaneval:
+                self.benchmark_items = {name: [json.loads(line) for line in handle if line.strip()]
+                                        for name, handle in (("gsm8k", gsm8k), ("humaneval", humaneval))}  # fmt: skip
 
     def _faker(self, language: str) -> Faker:
         if language not in self.fakers:
@@ -155,7 +171,12 @@ class SampleWriter:
             lines.append(f"BEST {picked[0].upper()} {picked[1]} {picked[2]}!!! CLICK HERE {fake.url()} {picked[3]} $$$")
         if self.rng.random() < 0.5:
             lines = lines[:2] * self.rng.randint(5, 10)
-        return Page(self._url(index), "spam", "en", "BEST DEALS " + " ".join(SPAM_WORDS[:3]), "\n\n".join(lines))
+        self.spams += 1
+        url = self._url(index)
+        if self.spams % 2:  # half of the spam sits under a URL with one of FineWeb's banned words, for the URL filter
+            head, slug = url.rsplit("/", 1)
+            url = f"{head}/{self.banned_words[(7 * self.spams) % len(self.banned_words)]}-{slug}"
+        return Page(url, "spam", "en", "BEST DEALS " + " ".join(SPAM_WORDS[:3]), "\n\n".join(lines))
 
     def pii(self, index: int) -> Page:
         page = self.clean(index)
@@ -186,6 +207,32 @@ class SampleWriter:
                 f"{a + b * c // 2}. #### {a + b * c // 2}"
             )
         return Page(self._url(index), "benchmark", "en", "Math practice problems with answers", "\n\n".join(problems))
+
+    def leak(self, index: int) -> Page:
+        """A clean page that quotes a real test item: GSM8K's question and worked answer, or HumanEval's prompt and
+        solution, alternately; the decontamination stage must find each one. Items that are mostly numbers or symbols
+        are passed over: on a page of prose they would sink it below Gopher's alphabetic-word ratio before decontam."""
+        page = self.clean(index)
+        page.body = "\n\n".join(dict.fromkeys(self.rng.sample(self.prose, 16)))  # the item is a small part of it
+        self.leaks += 1
+        benchmark = "gsm8k" if self.leaks % 2 else "humaneval"
+        while True:
+            row = self.rng.randrange(len(self.benchmark_items[benchmark]))
+            item = self.benchmark_items[benchmark][row]
+            if benchmark == "gsm8k":
+                quoted, item_id = f"{item['question']}\n\nThe answer: {item['answer']}", f"gsm8k/test.jsonl:{row}"
+            else:
+                quoted, item_id = item["prompt"] + item["canonical_solution"], f"humaneval/{item['task_id']}"
+            tokens = quoted.split()
+            wordy = sum(bool(re.search(r"[^\W\d_]{2}", token)) for token in tokens) >= 0.85 * len(tokens)
+            if wordy and item_id not in self.leaked:
+                self.leaked.add(item_id)
+                break
+        paragraphs = page.body.split("\n\n")
+        middle = len(paragraphs) // 2
+        body = paragraphs[:middle] + ["A reader sent us this exercise and its solution:", quoted] + paragraphs[middle:]
+        page.body, page.kind, page.benchmark_item = "\n\n".join(body), "leak", item_id
+        return page
 
     def code(self, index: int) -> Page:
         module = importlib.import_module(self.rng.choice(CODE_MODULES))
@@ -307,7 +354,7 @@ def generate(out: str | Path, pages: int = 600, files: int = 4, seed: int = 0) -
                 "warc_record_id": record_id, "kind": page.kind, "language": page.language, "charset": page.charset,
                 "http_status": page.status, "content_type": page.content_type, "dup_of": page.dup_of,
                 "jaccard": page.jaccard, "pii_types": [t for t, _ in page.pii], "pii_values": [v for _, v in page.pii],
-                "body": page.body,
+                "body": page.body, "benchmark_item": page.benchmark_item,
             })  # fmt: skip
         _write_atomic(path, b"".join(members))
         paths.append(path)
@@ -326,6 +373,8 @@ def ensure(out: str | Path, pages: int, files: int, seed: int = 0) -> list[Path]
     out = Path(out)
     truth = out / TRUTH_FILE
     paths = [out / f"sample-{n:04d}.warc.gz" for n in range(files)]
-    if truth.exists() and all(p.exists() for p in paths) and pq.read_metadata(truth).num_rows == pages:
-        return paths
+    if truth.exists() and all(p.exists() for p in paths):
+        meta = pq.read_metadata(truth)
+        if meta.num_rows == pages and (meta.metadata or {}).get(b"sample_version") == VERSION:
+            return paths
     return generate(out, pages, files, seed)

@@ -1,0 +1,143 @@
+"""Prose that is neither web nor code (books, papers, reference manuals): one shard per directory or file.
+
+`.txt` and `.md` files are one document each; `.jsonl`/`.jsonl.gz` one per record with a `text` field and `.parquet`
+one per row of a `text` column (their `id` and `url` are used when present). What cannot be a document is counted
+(`not_text`, `not_a_file`, `file_too_large`, `unreadable`, `binary_file`, `undecodable`, `bad_json`, `bad_parquet`,
+`empty_text`), never silently skipped and never fatal to the shard: one bad file or line loses only itself.
+"""
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from curation.schema import DOCUMENT_FIELDS
+from curation.sources.warc import ReadResult
+
+SUFFIXES = (".txt", ".md", ".jsonl", ".jsonl.gz", ".parquet")
+TEXT_SCHEMA = pa.schema(DOCUMENT_FIELDS)
+Record = dict | str  # a document's fields, or the reason a record is dropped
+
+
+def text_files(path: str) -> list[str]:
+    """Every file of an input, supported or not (so the reader can count the rest): a directory walked, or one file."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"text input {path} does not exist")
+    if not os.path.isdir(path):
+        return [path]
+    files = []
+    for folder, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        files += [os.path.join(folder, name) for name in sorted(names)]
+    return files
+
+
+def supported(file: str) -> bool:
+    return file.lower().endswith(SUFFIXES)
+
+
+def load_file(file: str, max_bytes: int) -> tuple[int, bytes | str]:
+    """(bytes on disk, the content or why there is none); a file over max_bytes is judged by its size, never opened."""
+    if not os.path.isfile(file):  # a broken link, a pipe, a socket
+        return 0, "not_a_file"
+    size = os.path.getsize(file)
+    if size > max_bytes:
+        return size, "file_too_large"
+    try:
+        with open(file, "rb") as handle:
+            return size, handle.read()
+    except OSError:
+        return size, "unreadable"
+
+
+def _plain(data: bytes) -> Iterator[Record]:
+    if b"\x00" in data[:8192]:
+        yield "binary_file"
+        return
+    try:
+        yield {"text": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        yield "undecodable"
+
+
+def _jsonl(data: bytes, compressed: bool) -> Iterator[Record]:
+    """A bad line is counted and the next one read; a corrupt gzip stream keeps the lines before the damage."""
+    try:
+        for line in gzip.GzipFile(fileobj=io.BytesIO(data)) if compressed else data.splitlines():
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                record["text"].encode()  # a string, and one without lone surrogates (`"\ud800"`) Arrow cannot hold
+            except (ValueError, TypeError, KeyError, AttributeError):  # not JSON, not UTF-8, or no text field
+                yield "bad_json"
+                continue
+            yield record
+    except (OSError, EOFError, zlib.error):
+        yield "unreadable"
+
+
+def _parquet(data: bytes) -> Iterator[Record]:
+    """Rows of its `text` (and `id`, `url`) columns; a corrupt file or one without a string `text` column is a drop."""
+    try:
+        parquet = pq.ParquetFile(pa.BufferReader(data))
+        table = parquet.read(columns=[c for c in ("text", "id", "url") if c in parquet.schema_arrow.names])
+        kind = table.schema.field("text").type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            raise TypeError(f"text column of type {kind}")
+        rows = table.to_pylist()
+    except (pa.ArrowException, KeyError, TypeError):
+        yield "bad_parquet"
+        return
+    yield from rows
+
+
+def _records(file: str, data: bytes) -> Iterator[Record]:
+    name = file.lower()
+    if name.endswith(".parquet"):
+        return _parquet(data)
+    if name.endswith((".jsonl", ".jsonl.gz")):
+        return _jsonl(data, compressed=name.endswith(".gz"))
+    return _plain(data)
+
+
+class TextReader:
+    def __init__(self, snapshot: str, source: str = "rest", max_file_bytes: int = 50_000_000):
+        self.snapshot, self.source, self.max_file_bytes = snapshot, source, max_file_bytes
+
+    def read(self, path: str) -> ReadResult:
+        base = path if os.path.isdir(path) else os.path.dirname(path)
+        dropped, rows, digest, size = Counter(), [], hashlib.sha256(), 0
+        for file in text_files(path):
+            file_size, data = load_file(file, self.max_file_bytes) if supported(file) else (0, "not_text")
+            size += file_size
+            if isinstance(data, str):
+                dropped[data] += 1
+                continue
+            digest.update(data)
+            relative = os.path.relpath(file, base)
+            for number, record in enumerate(_records(file, data)):
+                if isinstance(record, str):
+                    dropped[record] += 1
+                elif not (record.get("text") or "").strip():
+                    dropped["empty_text"] += 1
+                else:
+                    rows.append(self._document(record, relative, number))
+        return ReadResult(pa.Table.from_pylist(rows, schema=TEXT_SCHEMA), +dropped, digest.hexdigest(), size)
+
+    def _document(self, record: dict, relative: str, number: int) -> dict:
+        """A record's own id and url when it has them; else ids stable across runs (file, record number, content)."""
+        text, whole_file = record["text"], relative.lower().endswith((".txt", ".md"))
+        key = f"{relative}#{number}|{hashlib.sha1(text.encode()).hexdigest()}"
+        return {
+            "id": str(record.get("id") or hashlib.sha1(key.encode()).hexdigest()[:20]),
+            "url": str(record.get("url") or (relative if whole_file else f"{relative}#{number}")),
+            "text": text, "source": self.source, "snapshot": self.snapshot, "warc_file": relative,
+        }  # fmt: skip

@@ -1,0 +1,116 @@
+"""The `rest` source: every supported format on small files, every way a file can fail it, the CLI's one-line input
+errors, the Python-docs default corpus, and one real `curate run text-corpus` on Ray."""
+
+import builtins
+import gzip
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from curation import stats
+from curation.cli import main
+from curation.recipe import load_recipe
+from curation.sources import python_docs, text_corpus
+from curation.sources.text_corpus import TextReader
+
+ERRATA = (
+    "Errata for the second edition of this manual are collected by the editors, who read every report and answer "
+    "each of them within a week. If you find a mistake in an example, a broken cross reference or a sentence that "
+    "is hard to follow, write to jane.doe@example.com and say which section and page it is on. Corrections that "
+    "change the meaning of a rule are listed at the start of the next printing, with the name of the reader.\n"
+)
+PROSE = "A paragraph of a book, long enough to be a document of its own.\n"
+
+
+def test_every_format_becomes_documents_and_every_bad_file_is_counted(tmp_path):
+    (tmp_path / "papers").mkdir()
+    (tmp_path / "book.txt").write_text(PROSE)
+    (tmp_path / "papers" / "notes.md").write_text("# Notes\n\n" + PROSE)
+    (tmp_path / "records.jsonl").write_text(
+        json.dumps({"text": PROSE, "id": "r1", "url": "https://example.org/r1"}) + "\n{not json\n\n"
+        + json.dumps({"title": "no text"}) + "\n" + json.dumps({"text": "   "}) + "\n" + json.dumps({"text": "Second."}) + "\n"
+    )  # fmt: skip
+    (tmp_path / "more.jsonl.gz").write_bytes(gzip.compress(json.dumps({"text": "Zipped."}).encode() + b"\n"))
+    pq.write_table(pa.table({"text": ["Row one.", None, "Row three."]}), tmp_path / "rows.parquet")
+    pq.write_table(pa.table({"body": ["no text column"]}), tmp_path / "other.parquet")
+    (tmp_path / "corrupt.parquet").write_bytes(b"PAR1 this is not parquet")
+    (tmp_path / "latin.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
+    (tmp_path / "blob.txt").write_bytes(b"\x00\x01\x02")
+    (tmp_path / "empty.md").write_text("\n\n")
+    (tmp_path / "paper.pdf").write_bytes(b"%PDF-1.7")
+    result = TextReader("local").read(str(tmp_path))
+    rows = {row["url"]: row for row in result.table.to_pylist()}
+    assert sorted(rows) == ["book.txt", "https://example.org/r1", "more.jsonl.gz#0", "papers/notes.md",
+                            "records.jsonl#4", "rows.parquet#0", "rows.parquet#2"]  # fmt: skip
+    assert rows["https://example.org/r1"]["id"] == "r1" and rows["papers/notes.md"]["warc_file"] == "papers/notes.md"
+    assert {row["source"] for row in rows.values()} == {"rest"} and rows["book.txt"]["text"] == PROSE
+    assert result.dropped == {"bad_json": 2, "empty_text": 3, "bad_parquet": 2, "undecodable": 1, "binary_file": 1, "not_text": 1}
+    assert result.bytes_in == sum(f.stat().st_size for f in tmp_path.rglob("*") if f.is_file() and f.suffix != ".pdf")
+    again = TextReader("local").read(str(tmp_path))
+    assert again.table["id"].to_pylist() == result.table["id"].to_pylist() and again.sha256 == result.sha256
+    single = TextReader("local").read(str(tmp_path / "book.txt")).table
+    assert single["url"].to_pylist() == ["book.txt"] and single["id"].to_pylist() == [rows["book.txt"]["id"]]
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        TextReader("local").read(str(tmp_path / "missing"))
+
+
+def test_a_file_over_the_limit_is_counted_without_being_read(tmp_path, monkeypatch):
+    with open(tmp_path / "huge.txt", "wb") as handle:
+        handle.truncate(1 << 30)  # sparse: 1 GB on paper, nothing on disk
+    (tmp_path / "small.txt").write_text(PROSE)
+    opened = []
+    spy = lambda file, *args: opened.append(file) or builtins.open(file, *args)  # noqa: E731
+    monkeypatch.setattr(text_corpus, "open", spy, raising=False)
+    result = TextReader("local").read(str(tmp_path))  # over the default 50 MB
+    assert result.dropped == {"file_too_large": 1} and result.table.num_rows == 1
+    assert opened == [str(tmp_path / "small.txt")] and result.bytes_in == (1 << 30) + len(PROSE)
+
+
+@pytest.mark.parametrize("layout, message", [(None, "does not exist"), ([], "has no .txt/.md/"), (["a.pdf"], "has no .txt")])
+def test_curate_run_names_a_bad_input_in_one_line(tmp_path, layout, message):
+    folder = tmp_path / "rest"
+    if layout is not None:
+        folder.mkdir()
+        for name in layout:
+            (folder / name).write_text("x")
+    with pytest.raises(SystemExit) as stop:
+        main(["run", "text-corpus", "--input", str(folder), "--output", str(tmp_path / "run")])
+    assert message in str(stop.value.code) and str(folder) in str(stop.value.code) and "\n" not in str(stop.value.code)
+
+
+def test_python_docs_are_the_default_corpus(tmp_path):
+    first, second = python_docs.ensure(tmp_path / "a"), python_docs.ensure(tmp_path / "b")
+    assert len(first) == python_docs.SHARDS and all(os.listdir(path) for path in first)
+    for one, two in zip(first, second):
+        assert sorted(os.listdir(one)) == sorted(os.listdir(two))
+        assert all(open(f"{one}/{n}", "rb").read() == open(f"{two}/{n}", "rb").read() for n in os.listdir(one))
+    table = pa.concat_tables(TextReader("python").read(path).table for path in first)
+    texts = dict(zip(table["url"].to_pylist(), table["text"].to_pylist()))
+    assert len(texts) > 100 and "The \"assert\" statement" in texts["topic-assert.txt"] and "module-json.txt" in texts
+    assert sum(len(text.split()) for text in texts.values()) > 50_000
+    assert load_recipe("text-corpus").source.kind == "text"
+
+
+@pytest.mark.slow
+def test_curate_run_text_corpus_on_a_folder(tmp_path):
+    docs = python_docs.ensure(tmp_path / "docs")[0]
+    topics = sorted(name for name in os.listdir(docs) if name.startswith("topic-"))
+    folder = tmp_path / "rest"
+    folder.mkdir()
+    for name in topics:
+        (folder / name).write_bytes(open(f"{docs}/{name}", "rb").read())
+    (folder / "copy.txt").write_bytes(open(f"{docs}/{topics[0]}", "rb").read())  # an exact duplicate
+    (folder / "errata.md").write_text(ERRATA)
+    (folder / "bad.jsonl").write_text("{oops\n")
+    output = str(tmp_path / "run")
+    assert main(["run", "text-corpus", "--input", str(folder), "--output", output, "--num-cpus", "1"]) == 0
+    funnel = stats.funnel(stats.load(output))
+    assert funnel.loc["00_read", "docs_in"] == len(topics) + 3 and funnel.loc["00_read", "dropped_bad_json"] == 1
+    assert funnel.loc["03_dedup_exact", "docs_in"] - funnel.loc["03_dedup_exact", "docs_out"] >= 1
+    kept = pq.read_table(f"{output}/05_pii").to_pandas()
+    assert len(kept) >= len(topics) // 2 and set(kept.source) == {"rest"}
+    errata = kept[kept.url == "errata.md"].text.item()
+    assert "email@example.com" in errata and "jane.doe" not in errata
