@@ -222,7 +222,7 @@ def cmd_run(args) -> int:
     try:
         recipe = load_recipe(args.recipe)
     except RecipeError as error:
-        console.print(f"[red]curate: {error}[/]")
+        print(f"curate: {error}", file=sys.stderr)
         return 2
     inputs, snapshot = resolve_inputs(args, console, recipe.source.kind)
     if not inputs:

@@ -68,11 +68,12 @@ class Recipe(BaseModel):
 
 
 def _describe(error: ValidationError, prefix: str) -> str:
+    """One line for one error (the usual case, e.g. a missing file), else a line per error."""
     lines = []
     for item in error.errors():
         where = prefix + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in item["loc"])
-        lines.append(f"  {where.lstrip('.')}: {item['msg']}")
-    return "\n".join(lines)
+        lines.append(f"{where.lstrip('.')}: {item['msg']}")
+    return lines[0] if len(lines) == 1 else "\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def parse_recipe(data: object, origin: str) -> Recipe:
@@ -81,12 +82,12 @@ def parse_recipe(data: object, origin: str) -> Recipe:
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as error:
-        raise RecipeError(f"{origin}: invalid recipe\n{_describe(error, '')}") from None
+        raise RecipeError(f"{origin}: invalid recipe: {_describe(error, '')}") from None
     for index, spec in enumerate(recipe.stages):
         try:
             STAGES[spec.stage].Params.model_validate(spec.params)
         except ValidationError as error:
-            raise RecipeError(f"{origin}: invalid recipe\n{_describe(error, f'stages[{index}].params')}") from None
+            raise RecipeError(f"{origin}: invalid recipe: {_describe(error, f'stages[{index}].params')}") from None
     return recipe
 
 

@@ -83,7 +83,7 @@ def test_resume_after_kill_gives_the_uninterrupted_output(snapshot_files, tmp_pa
         time.sleep(0.02)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    assert 5 <= finished < 64, f"the kill came at {finished} of 64 stage-shards: not a partial run"
+    assert 5 <= finished < 80, f"the kill came at {finished} of 80 stage-shards: not a partial run"
     before = {name: path.stat().st_mtime_ns for name, path in parts(resumed).items()}
     done_before = json.loads(manifest.read_text())["stages"]
 
@@ -111,7 +111,7 @@ def test_changed_stage_reruns_it_and_what_follows_only(snapshot_files, tmp_path)
     rerun = curate("run", str(recipe), "--input", inputs, "--output", str(output), "--num-cpus", "2")
     assert "resumed: 24 stage-shard(s)" in rerun.stdout
     after = {name: path.stat().st_mtime_ns for name, path in parts(output).items()}
-    later = ("03_langid", "04_heuristics", "05_dedup_exact", "06_minhash", "07_pii")
+    later = ("03_langid", "04_heuristics", "05_quality", "06_dedup_exact", "07_minhash", "08_decontam", "09_pii")
     assert [n for n in after if after[n] != before[n]] == [n for n in after if n.startswith(later)]
     frame = stats.load(str(output))
     assert frame[frame.stage == "03_langid"].docs_out.sum() < frame[frame.stage == "03_langid"].docs_in.sum()
@@ -131,7 +131,7 @@ def test_a_failing_file_is_named_and_the_rest_finishes_up_to_dedup(snapshot_file
         result = runner.run(load_recipe("fineweb-snapshot"), [good, missing], str(tmp_path / "run"), "sample")
     finally:
         ray.shutdown()
-    assert [(f.stage, f.shard) for f in result.failures] == [("00_read", 1), ("05_dedup_exact", 0)]
+    assert [(f.stage, f.shard) for f in result.failures] == [("00_read", 1), ("06_dedup_exact", 0)]
     assert result.failures[0].input == missing and "gone.warc.gz" in result.failures[0].error
     assert "shard 1 failed at 00_read" in result.failures[1].error
-    assert (tmp_path / "run" / "04_heuristics" / "part-00000.parquet").exists()
+    assert (tmp_path / "run" / "05_quality" / "part-00000.parquet").exists()
