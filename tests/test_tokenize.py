@@ -1,0 +1,47 @@
+"""`curate tokenize` over several runs: one tokenizer trained on all of them, every run's shards made with it."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from tokenizers import Tokenizer
+
+from curation.cli import main
+from curation.tokenize import EOS, TOKENIZER_FILE
+
+
+def curated_run(folder, source: str, texts: list[str]):
+    (folder / "01_last").mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps({"stages": {"00_read": {}, "01_last": {}}}))
+    ids = [f"{source}-{i}" for i in range(len(texts))]
+    pq.write_table(pa.table({"id": ids, "source": [source] * len(texts), "text": texts}), folder / "01_last" / "part-00000.parquet")
+    return str(folder)
+
+
+def test_several_runs_share_one_tokenizer_trained_on_all(tmp_path, capsys):
+    import pydoc_data.topics
+
+    prose = [text for text in pydoc_data.topics.topics.values()][:40]
+    web = curated_run(tmp_path / "web", "web", prose[:20])
+    code = curated_run(tmp_path / "code", "code", ["def zebrafish_quux(x):\n    return zebrafish_quux(x - 1) * 42\n"] * 30)
+    rest = curated_run(tmp_path / "rest", "rest", prose[20:])
+    assert main(["tokenize", web, code, rest, "--vocab-size", "2000"]) == 0
+    files = [(tmp_path / name / "tokens" / TOKENIZER_FILE).read_text() for name in ("web", "code", "rest")]
+    assert files[0] == files[1] == files[2]
+    tokenizer = Tokenizer.from_str(files[0])
+    assert tokenizer.token_to_id(EOS) is not None
+    assert len(tokenizer.encode(" zebrafish_quux").ids) <= 3  # learned from the code run, not only the first one
+    for name, count in (("web", 20), ("code", 30), ("rest", 20)):
+        shard = pq.read_table(tmp_path / name / "tokens" / "part-00000.parquet")
+        assert shard.num_rows == count and set(shard["source"].to_pylist()) == {name}
+        first = shard.slice(0, 1).to_pylist()[0]
+        assert tokenizer.decode(first["tokens"]) == pq.read_table(tmp_path / name / "01_last")["text"][0].as_py()
+    assert "code" in capsys.readouterr().out
+
+
+def test_a_folder_that_is_not_a_run_is_named(tmp_path, capsys):
+    web = curated_run(tmp_path / "web", "web", ["some text here"])
+    assert main(["tokenize", web, str(tmp_path / "nothing")]) == 2
+    assert "nothing has no manifest.json" in capsys.readouterr().err
+    assert not (tmp_path / "web" / "tokens").exists()  # every run is checked before any is written
