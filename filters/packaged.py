@@ -45,6 +45,7 @@ def cached(kind: str, key: str, build: Callable[[Path], None]) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=final.parent))
     try:
         build(staging)
+        staging.chmod(0o755)  # mkdtemp makes it private; the cache serves every user of the machine
         try:
             staging.rename(final)
         except OSError:  # another worker finished first: its folder is as good as ours
