@@ -39,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--ray-address", help="join an existing Ray cluster: auto or ray://host:10001")
     run.add_argument("--num-cpus", type=int, help="CPUs of the local Ray cluster (default: all)")
     run.add_argument("--keep-removed", action="store_true", help="also write dropped documents to OUT/removed/<stage>/")
+    run.add_argument("--materialize-all", action="store_true",
+                     help="write every stage's parts (for debugging); by default the stages between two dedup stages "
+                     "run fused in memory and only the last one before each dedup stage and the final one are written")  # fmt: skip
     run.add_argument("--sample-pages", type=int, default=SAMPLE_PAGES, help="pages of the built-in sample snapshot")
     run.add_argument("--sample-files", type=int, default=SAMPLE_FILES, help="WARC files of the built-in sample snapshot")
 
@@ -234,7 +237,7 @@ def cmd_run(args) -> int:
     with Progress(*columns, console=console) as progress:
         on_shard = StageProgress(progress, recipe.stage_dirs(), len(inputs))
         result = runner.run(
-            recipe, inputs, output, snapshot, keep_removed=args.keep_removed,
+            recipe, inputs, output, snapshot, keep_removed=args.keep_removed, materialize_all=args.materialize_all,
             ray_address=args.ray_address, num_cpus=args.num_cpus, progress=on_shard, on_step=on_shard.pass_step,
         )  # fmt: skip
     if result.skipped_shards:

@@ -1,11 +1,13 @@
 """Runs a recipe on Ray, shard by shard, with atomic outputs, a manifest and resume.
 
-Ray is only the executor: `run_shard` is plain Python (read a part, run a stage, write a part) that Ray
-schedules. A shard moves to its next stage as soon as its previous one finishes, so stages overlap. A duplicate
-stage is a barrier: once every shard has reached it, its corpus-wide pass (curation/dedup.py) runs as tasks
-per shard and per partition, then its filter runs per shard again. The driver is the only writer of the
-manifest, and a shard (or pass task) counts as done only once the manifest says so: a run killed at any point
-reruns the unfinished ones into the same file names, never duplicating one.
+Ray is only the executor: `run_segment` is plain Python that Ray schedules. The consecutive per-shard stages
+between two barriers (a duplicate stage is a barrier) run fused, in one task on one shard, in memory, and write
+once: the last stage before each barrier and the final stage (`materialize_all` writes every stage, today's
+debugging layout). Each stage still gets its own stats, drop reasons and removed documents. Once every shard has
+reached a duplicate stage, its corpus-wide pass (curation/dedup.py) runs as tasks per shard and per partition, then
+the next segment starts with its filter. The driver is the only writer of the manifest, and a stage counts as done
+only once the manifest says so and its part (when it writes one) exists: a run killed at any point reruns each
+shard from its last written boundary into the same file names, never duplicating one.
 """
 
 import os
@@ -19,8 +21,9 @@ import pyarrow as pa
 
 from curation import dedup
 from curation import stats as run_stats
-from curation.io import read_json, read_parquet, remove_temporaries, write_json_atomic, write_parquet_atomic
+from curation.io import read_parquet, write_parquet_atomic
 from curation.recipe import Recipe, config_hash
+from curation.run_folder import Manifest, RunFolder
 from curation.schema import text_bytes
 from curation.sources.code_tree import CodeReader
 from curation.sources.parquet_documents import ParquetReader
@@ -29,20 +32,23 @@ from curation.sources.warc import WarcReader
 from filters import STAGES
 from filters.duplicates import DuplicateFilter
 
-MANIFEST = "manifest.json"
-
 
 @dataclass
-class ShardTask:
+class SegmentTask:
+    """Stages `first`..`last` of one shard, in memory, reading `input` (the input file when `first` is 0, else the
+    part of stage `first - 1`) and writing the parts of the stages in `writes`."""
+
     recipe: Recipe
-    stage_index: int  # 0 reads the input file; k > 0 runs recipe.stages[k-1]
+    first: int  # 0 reads the input file; k > 0 runs recipe.stages[k-1]
+    last: int
     shard: int
-    input: str  # the input file for stage 0, else the previous stage's part
-    output: str
-    removed: str | None
+    input: str
+    folder: RunFolder
+    writes: frozenset[int]
+    keep_removed: bool
     snapshot: str
-    stage_hash: str
-    clusters: dedup.PassContext | None = None  # for a duplicate stage: where its pass left the clusters
+    hashes: list[str]  # chained config hash per stage index
+    clusters: dedup.PassContext | None = None  # `first` is a duplicate stage: where its pass left the clusters
 
 
 @dataclass
@@ -53,6 +59,17 @@ class ShardFailure:
     error: str
 
 
+class StageFailed(RuntimeError):
+    """A stage of a fused task failed; carries the stage so the failure is reported where it happened."""
+
+    def __init__(self, stage_dir: str, message: str):
+        super().__init__(stage_dir, message)
+        self.stage_dir = stage_dir
+
+    def __str__(self) -> str:
+        return self.args[1]
+
+
 @dataclass
 class RunResult:
     output: str
@@ -60,55 +77,59 @@ class RunResult:
     skipped_shards: int = 0
 
 
-def part_name(shard: int) -> str:
-    return f"part-{shard:05d}.parquet"
+def _read_input(task: SegmentTask) -> tuple[pa.Table, dict, dict, int, int]:
+    """Stage 0: the input file as documents (kept, dropped, extra stats, docs in, bytes in)."""
+    source = task.recipe.source
+    readers = {"parquet": ParquetReader, "code": CodeReader, "warc": WarcReader, "text": TextReader}
+    options = {"max_payload_bytes": source.max_payload_bytes} if source.kind == "warc" else {}
+    if source.kind == "text" and "max_payload_bytes" in source.model_fields_set:  # else the reader's 50 MB
+        options = {"max_file_bytes": source.max_payload_bytes}
+    result = readers[source.kind](task.snapshot, source.source, **options).read(task.input)
+    bytes_in = result.bytes_in if result.bytes_in is not None else fsspec.core.url_to_fs(task.input)[0].size(task.input)
+    docs_in = result.table.num_rows + sum(result.dropped.values())
+    return result.table, dict(result.dropped), {"input": task.input, "input_sha256": result.sha256}, docs_in, bytes_in
 
 
-def run_shard(task: ShardTask) -> dict:
-    """One stage on one shard; returns that shard's stats. Raises with the file named when the file itself fails."""
-    fs, _ = fsspec.core.url_to_fs(task.output)
-    started = time.perf_counter()
-    try:
-        if task.stage_index == 0:
-            source = task.recipe.source
-            readers = {"parquet": ParquetReader, "code": CodeReader, "warc": WarcReader, "text": TextReader}
-            options = {"max_payload_bytes": source.max_payload_bytes} if source.kind == "warc" else {}
-            if source.kind == "text" and "max_payload_bytes" in source.model_fields_set:  # else the reader's 50 MB
-                options = {"max_file_bytes": source.max_payload_bytes}
-            result = readers[source.kind](task.snapshot, source.source, **options).read(task.input)
-            kept, dropped, removed = result.table, dict(result.dropped), None
-            extra = {"input": task.input, "input_sha256": result.sha256}
-            docs_in = kept.num_rows + sum(dropped.values())
-            bytes_in = result.bytes_in if result.bytes_in is not None else fsspec.core.url_to_fs(task.input)[0].size(task.input)
-        else:
-            table = read_parquet(fs, task.input)
-            if task.clusters is not None:
-                table = dedup.attach_clusters(task.clusters, task.shard, table)
-            stage = task.recipe.worker_stage(task.stage_index - 1, task.stage_hash)
-            outcome = stage.process(table)
-            kept, dropped, removed, extra = outcome.kept, outcome.dropped, outcome.removed, dict(outcome.stats)
-            docs_in, bytes_in = table.num_rows, text_bytes(table)
-            if stage.report_name:  # its rows go to OUT/<report_name>.parquet: too many for stats.json
-                report = pa.Table.from_pylist(extra.pop("report"), schema=stage.report_schema)
-                folder = task.output.rsplit("/", 2)
-                fs.makedirs(f"{folder[0]}/reports/{folder[1]}", exist_ok=True)
-                write_parquet_atomic(fs, f"{folder[0]}/reports/{folder[1]}/{folder[2]}", report)
-        write_parquet_atomic(fs, task.output, kept)
-        if task.removed and removed is not None and removed.num_rows:
-            fs.makedirs(task.removed.rsplit("/", 1)[0], exist_ok=True)
-            write_parquet_atomic(fs, task.removed, removed)
-    except Exception as error:
-        raise RuntimeError(f"shard {task.shard} of {task.output.rsplit('/', 2)[-2]} failed on {task.input}: {error!r}") from error
-    return {
-        "shard": task.shard,
-        "docs_in": docs_in,
-        "docs_out": kept.num_rows,
-        "bytes_in": bytes_in,
-        "bytes_out": text_bytes(kept),
-        "dropped": dropped,
-        "seconds": round(time.perf_counter() - started, 4),
-        **extra,
-    }
+def run_segment(task: SegmentTask) -> list[dict]:
+    """The segment's stages on one shard; returns each stage's stats. Raises StageFailed naming the stage and file."""
+    fs, folder, table = task.folder.fs, task.folder, None
+    results = []
+    for index in range(task.first, task.last + 1):
+        started = time.perf_counter()
+        try:
+            if index == 0:
+                kept, dropped, extra, docs_in, bytes_in = _read_input(task)
+                removed = None
+            else:
+                if table is None:
+                    table = read_parquet(fs, task.input)
+                    if task.clusters is not None:
+                        table = dedup.attach_clusters(task.clusters, task.shard, table)
+                stage = task.recipe.worker_stage(index - 1, task.hashes[index])
+                outcome = stage.process(table)
+                kept, dropped, removed, extra = outcome.kept, outcome.dropped, outcome.removed, dict(outcome.stats)
+                docs_in, bytes_in = table.num_rows, text_bytes(table)
+                if stage.report_name:  # its rows go to OUT/<report_name>.parquet: too many for stats.json
+                    report = pa.Table.from_pylist(extra.pop("report"), schema=stage.report_schema)
+                    _write(fs, folder.report(index, task.shard), report)
+            if index in task.writes:
+                _write(fs, folder.part(index, task.shard), kept)
+            if task.keep_removed and removed is not None and removed.num_rows:
+                _write(fs, folder.removed(index, task.shard), removed)
+        except Exception as error:
+            stage_dir = folder.stage_dirs[index]
+            raise StageFailed(stage_dir, f"shard {task.shard} of {stage_dir} failed on {task.input}: {error!r}") from error
+        table = kept
+        results.append({
+            "shard": task.shard, "docs_in": docs_in, "docs_out": kept.num_rows, "bytes_in": bytes_in,
+            "bytes_out": text_bytes(kept), "dropped": dropped, "seconds": round(time.perf_counter() - started, 4), **extra,
+        })  # fmt: skip
+    return results
+
+
+def _write(fs, path: str, table: pa.Table) -> None:
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    write_parquet_atomic(fs, path, table)
 
 
 def _versions() -> dict[str, str]:
@@ -119,41 +140,6 @@ def _versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             pass
     return found
-
-
-class Manifest:
-    """What is done: per stage its chained config hash and finished shards with their stats."""
-
-    def __init__(self, fs, root: str):
-        self.fs, self.root = fs, root
-        self.path = f"{root}/{MANIFEST}"
-        self.data = read_json(fs, self.path) if fs.exists(self.path) else {"stages": {}}
-
-    def prepare(self, stage_dir: str, stage_hash: str) -> None:
-        """Forget a stage whose config changed (its hash chains in every earlier stage) and delete its parts."""
-        entry = self.data["stages"].get(stage_dir)
-        if entry is None or entry["config_hash"] != stage_hash:
-            for folder in (f"{self.root}/{stage_dir}", f"{self.root}/removed/{stage_dir}", f"{self.root}/work/{stage_dir}", f"{self.root}/reports/{stage_dir}"):
-                if self.fs.exists(folder):
-                    self.fs.rm(folder, recursive=True)
-            self.data["stages"][stage_dir] = {"config_hash": stage_hash, "shards": {}}
-        remove_temporaries(self.fs, f"{self.root}/{stage_dir}")
-        remove_temporaries(self.fs, f"{self.root}/removed/{stage_dir}")
-        remove_temporaries(self.fs, f"{self.root}/work/{stage_dir}")
-        remove_temporaries(self.fs, f"{self.root}/reports/{stage_dir}")
-        self.fs.makedirs(f"{self.root}/{stage_dir}", exist_ok=True)
-
-    def done(self, stage_dir: str, shard: int) -> bool:
-        return str(shard) in self.data["stages"][stage_dir]["shards"] and self.fs.exists(
-            f"{self.root}/{stage_dir}/{part_name(shard)}"
-        )
-
-    def record(self, stage_dir: str, shard_stats: dict) -> None:
-        self.data["stages"][stage_dir]["shards"][str(shard_stats["shard"])] = shard_stats
-        self.save()
-
-    def save(self) -> None:
-        write_json_atomic(self.fs, self.path, self.data)
 
 
 def _init_ray(address: str | None, num_cpus: int | None) -> None:
@@ -237,66 +223,69 @@ def run(
     num_cpus: int | None = None,
     progress=None,
     on_step=None,
+    materialize_all: bool = False,
 ) -> RunResult:
     """Run (or resume) `recipe` over `inputs` into `output`; `progress` gets (stage_dir, shard_stats) per finished
-    shard, `on_step` (stage_dir, step, done, total) per finished task of a duplicate stage's pass."""
+    stage of a shard, `on_step` (stage_dir, step, done, total) per finished task of a duplicate stage's pass."""
     import ray
 
-    fs, root = fsspec.core.url_to_fs(output)
-    root = root.rstrip("/")
-    fs.makedirs(root, exist_ok=True)
     stage_dirs = recipe.stage_dirs()
+    folder = RunFolder(output, stage_dirs)
+    fs = folder.fs
+    fs.makedirs(folder.root, exist_ok=True)
     hashes = [config_hash("read", recipe.source.model_dump(), inputs, snapshot)]
     for spec in recipe.stages:
         hashes.append(config_hash(hashes[-1], spec.model_dump()))
-    manifest = Manifest(fs, root)
+    manifest = Manifest(folder)
     for stage_dir, stage_hash in zip(stage_dirs, hashes):
         manifest.prepare(stage_dir, stage_hash)
     manifest.data.update(recipe=recipe.model_dump(), inputs=inputs, snapshot=snapshot, versions=_versions())
     manifest.save()
 
     _init_ray(ray_address, num_cpus)
-    remote_shard = ray.remote(run_shard)
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    prefix = "" if protocol in ("file", "local") else f"{protocol}://"
+    remote_segment = ray.remote(run_segment)
     result = RunResult(output=output)
+    count = len(stage_dirs)
     barriers = {i + 1 for i, spec in enumerate(recipe.stages) if issubclass(STAGES[spec.stage], DuplicateFilter)}
+    writes = frozenset(range(count)) if materialize_all else frozenset({b - 1 for b in barriers} | {count - 1})
+    segment_end = {k: min([b - 1 for b in barriers if b > k] + [count - 1]) for k in range(count)}
     passes: dict[int, dedup.PassContext] = {}
-
-    def part(stage_index: int, shard: int) -> str:
-        return f"{prefix}{root}/{stage_dirs[stage_index]}/{part_name(shard)}"
-
-    def submit(stage_index: int, shard: int):
-        task = ShardTask(
-            recipe=recipe,
-            stage_index=stage_index,
-            shard=shard,
-            input=inputs[shard] if stage_index == 0 else part(stage_index - 1, shard),
-            output=part(stage_index, shard),
-            removed=f"{prefix}{root}/removed/{stage_dirs[stage_index]}/{part_name(shard)}" if keep_removed else None,
-            snapshot=snapshot,
-            stage_hash=hashes[stage_index],
-            clusters=passes.get(stage_index),
-        )
-        cpus = 1.0 if stage_index == 0 else STAGES[recipe.stages[stage_index - 1].stage].num_cpus
-        pending[remote_shard.options(num_cpus=cpus, max_retries=0).remote(task)] = task
-
     pending: dict = {}
     waiting: dict[int, list[int]] = {}  # barrier stage -> shards that reached it
 
-    def advance(stage_index: int, shard: int) -> None:
-        """Submit the shard's next unfinished stage, or park it at a duplicate stage whose pass has not run."""
-        while stage_index < len(stage_dirs) and manifest.done(stage_dirs[stage_index], shard):
+    def written(stage: int, shard: int) -> bool:
+        return stage in writes and fs.exists(folder.part(stage, shard))
+
+    def done(stage: int, shard: int) -> bool:
+        return manifest.recorded(stage_dirs[stage], shard) and (stage not in writes or written(stage, shard))
+
+    def submit(first: int, shard: int) -> None:
+        task = SegmentTask(
+            recipe, first, segment_end[first], shard, inputs[shard] if first == 0 else folder.part(first - 1, shard),
+            folder, writes, keep_removed, snapshot, hashes, passes.get(first),
+        )  # fmt: skip
+        cpus = max(1.0 if k == 0 else STAGES[recipe.stages[k - 1].stage].num_cpus for k in range(first, task.last + 1))
+        pending[remote_segment.options(num_cpus=cpus, max_retries=0).remote(task)] = task
+
+    def advance(stage: int, shard: int) -> None:
+        """Submit the shard's next unfinished stages from their last written boundary, or park the shard at a
+        duplicate stage whose pass has not run."""
+        first_undone = stage
+        while first_undone < count and done(first_undone, shard):
+            first_undone += 1
+        start = first_undone
+        while 0 < start < count and not written(start - 1, shard):  # its input was not kept: rerun from a boundary
+            start -= 1
+        for skipped in range(stage, max(stage, start)):
             if progress:
-                progress(stage_dirs[stage_index], None)
+                progress(stage_dirs[skipped], None)
             result.skipped_shards += 1
-            stage_index += 1
-        if stage_index == len(stage_dirs):
+        if start == count:
             return
-        if stage_index in barriers and stage_index not in passes:
-            waiting.setdefault(stage_index, []).append(shard)
+        if start in barriers and start not in passes:
+            waiting.setdefault(start, []).append(shard)
         else:
-            submit(stage_index, shard)
+            submit(start, shard)
 
     for shard in range(len(inputs)):
         advance(0, shard)
@@ -304,17 +293,19 @@ def run(
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             task = pending.pop(ready[0])
-            stage_dir = stage_dirs[task.stage_index]
             try:
-                shard_stats = ray.get(ready[0])
+                stage_stats = ray.get(ready[0])
             except Exception as error:
                 cause = getattr(error, "cause", None) or error
+                stage_dir = getattr(cause, "stage_dir", stage_dirs[task.first])
                 result.failures.append(ShardFailure(stage_dir, task.shard, task.input, (str(cause).strip().splitlines() or [repr(cause)])[-1]))
                 continue
-            manifest.record(stage_dir, shard_stats)
-            if progress:
-                progress(stage_dir, shard_stats)
-            advance(task.stage_index + 1, task.shard)
+            for stage, shard_stats in zip(range(task.first, task.last + 1), stage_stats):
+                manifest.record(stage_dirs[stage], shard_stats)
+                if progress:
+                    progress(stage_dirs[stage], shard_stats)
+            manifest.save()
+            advance(task.last + 1, task.shard)
         if not waiting:
             break
         barrier = min(waiting)
@@ -323,7 +314,7 @@ def run(
             failed = ", ".join(f"shard {f.shard} failed at {f.stage}" for f in result.failures)
             reason = f"not run: dedup needs every shard, and {failed}; fix that input and rerun"
             for shard in waiting.pop(barrier):
-                result.failures.append(ShardFailure(stage_dir, shard, part(barrier - 1, shard), reason))
+                result.failures.append(ShardFailure(stage_dir, shard, folder.part(barrier - 1, shard), reason))
             continue
         entry = manifest.data["stages"][stage_dir]
         if "partitions" not in entry:  # fixed on the first attempt, so a resumed pass keeps its file layout
@@ -335,31 +326,32 @@ def run(
             recipe=recipe,
             stage_index=barrier - 1,
             stage_hash=hashes[barrier],
-            work=f"{prefix}{root}/work/{stage_dir}",
-            parts={shard: part(barrier - 1, shard) for shard in range(len(inputs))},
+            work=folder.work(barrier),
+            parts={shard: folder.part(barrier - 1, shard) for shard in range(len(inputs))},
             partitions=entry["partitions"],
         )
         try:
             _run_pass(passes[barrier], stage_dir, manifest, on_step)
         except PassFailed as error:
             for shard in waiting.pop(barrier):
-                result.failures.append(ShardFailure(stage_dir, shard, part(barrier - 1, shard), str(error)))
+                result.failures.append(ShardFailure(stage_dir, shard, folder.part(barrier - 1, shard), str(error)))
             continue
         for shard in waiting.pop(barrier):
             submit(barrier, shard)
 
+    root = folder.root
     for barrier in barriers:  # a finished pass's files are no longer needed; its stats stay in the manifest
         entry = manifest.data["stages"][stage_dirs[barrier]]
-        if "passes" in entry and all(manifest.done(stage_dirs[barrier], shard) for shard in range(len(inputs))):
+        if "passes" in entry and all(done(barrier, shard) for shard in range(len(inputs))):
             if fs.exists(f"{root}/work/{stage_dirs[barrier]}"):
                 fs.rm(f"{root}/work/{stage_dirs[barrier]}", recursive=True)
             entry["pass_stats"] = run_stats.summarize_pass(entry.pop("passes"))
             manifest.save()
     for index, spec in enumerate(recipe.stages):  # a stage's report parts as one file, e.g. OUT/decontamination.parquet
         stage_class = STAGES[spec.stage]
-        folder = f"{root}/reports/{stage_dirs[index + 1]}"
-        if stage_class.report_name and fs.exists(folder):
-            parts = [read_parquet(fs, path) for path in sorted(fs.glob(f"{folder}/part-*.parquet"))]
+        reports = f"{root}/reports/{stage_dirs[index + 1]}"
+        if stage_class.report_name and fs.exists(reports):
+            parts = [read_parquet(fs, path) for path in sorted(fs.glob(f"{reports}/part-*.parquet"))]
             merged = pa.concat_tables(parts) if parts else stage_class.report_schema.empty_table()
             write_parquet_atomic(fs, f"{root}/{stage_class.report_name}.parquet", merged)
     run_stats.write(fs, root, manifest.data, stage_dirs)

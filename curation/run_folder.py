@@ -1,0 +1,81 @@
+"""A run folder, in one place: every path of a run (stage parts, removed documents, stage reports, a dedup pass's
+work files, the manifest) is built here, and the manifest says what is done.
+
+```
+OUT/manifest.json        recipe, inputs, versions; per stage its config hash and finished shards with their stats
+OUT/<NN_stage>/part-S    a stage's kept documents, for the stages the run writes (a fused run writes only the
+                         last stage before each dedup stage and the final one; --materialize-all writes every one)
+OUT/removed/<NN_stage>/  with --keep-removed: the documents a stage dropped, with their drop_reason
+OUT/reports/<NN_stage>/  a stage's report rows per shard, merged into OUT/<report name>.parquet at the end
+OUT/work/<NN_stage>/     while a dedup stage's corpus-wide pass runs
+```
+"""
+
+import fsspec
+
+from curation.io import read_json, remove_temporaries, write_json_atomic
+
+MANIFEST = "manifest.json"
+
+
+def part_name(shard: int) -> str:
+    return f"part-{shard:05d}.parquet"
+
+
+class RunFolder:
+    def __init__(self, output: str, stage_dirs: list[str]):
+        self.fs, root = fsspec.core.url_to_fs(output)
+        self.root = root.rstrip("/")
+        protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
+        self.prefix = "" if protocol in ("file", "local") else f"{protocol}://"
+        self.stage_dirs = stage_dirs
+
+    def url(self, relative: str) -> str:
+        """A path under the run with its protocol, as Ray workers open it."""
+        return f"{self.prefix}{self.root}/{relative}"
+
+    def part(self, stage: int, shard: int) -> str:
+        return self.url(f"{self.stage_dirs[stage]}/{part_name(shard)}")
+
+    def removed(self, stage: int, shard: int) -> str:
+        return self.url(f"removed/{self.stage_dirs[stage]}/{part_name(shard)}")
+
+    def report(self, stage: int, shard: int) -> str:
+        return self.url(f"reports/{self.stage_dirs[stage]}/{part_name(shard)}")
+
+    def work(self, stage: int) -> str:
+        return self.url(f"work/{self.stage_dirs[stage]}")
+
+    def folders(self, stage_dir: str) -> list[str]:
+        """Everything a stage wrote, relative to the root's filesystem path."""
+        return [f"{self.root}/{where}{stage_dir}" for where in ("", "removed/", "work/", "reports/")]
+
+
+class Manifest:
+    """What is done: per stage its chained config hash and finished shards with their stats. The driver is its only
+    writer."""
+
+    def __init__(self, folder: RunFolder):
+        self.folder, self.fs = folder, folder.fs
+        self.path = f"{folder.root}/{MANIFEST}"
+        self.data = read_json(self.fs, self.path) if self.fs.exists(self.path) else {"stages": {}}
+
+    def prepare(self, stage_dir: str, stage_hash: str) -> None:
+        """Forget a stage whose config changed (its hash chains in every earlier stage) and delete what it wrote."""
+        entry = self.data["stages"].get(stage_dir)
+        if entry is None or entry["config_hash"] != stage_hash:
+            for folder in self.folder.folders(stage_dir):
+                if self.fs.exists(folder):
+                    self.fs.rm(folder, recursive=True)
+            self.data["stages"][stage_dir] = {"config_hash": stage_hash, "shards": {}}
+        for folder in self.folder.folders(stage_dir):
+            remove_temporaries(self.fs, folder)
+
+    def recorded(self, stage_dir: str, shard: int) -> bool:
+        return str(shard) in self.data["stages"][stage_dir]["shards"]
+
+    def record(self, stage_dir: str, shard_stats: dict) -> None:
+        self.data["stages"][stage_dir]["shards"][str(shard_stats["shard"])] = shard_stats
+
+    def save(self) -> None:
+        write_json_atomic(self.fs, self.path, self.data)
