@@ -2,16 +2,21 @@
 
 Same rules, thresholds and order as datatrove's filters in FineWeb's recipe (a test holds us to their decisions),
 but each document is tokenized once: datatrove runs spaCy's English tokenizer and sentencizer once per filter and
-once per kept line for C4's sentence count; here one `nlp.tokenizer` call per document feeds every rule, sentences
-are counted with the sentencizer's own rule on those tokens, and n-grams are slices of one joined string.
+once per kept line for C4's sentence count; here one `nlp.tokenizer` call per document feeds every rule. Its tokens
+are read as numpy columns with per-lexeme flags (a word is tested once per vocabulary, not per occurrence),
+n-grams are counted by compiled loops over hash tables, and sentences are counted with the sentencizer's own rule on
+those tokens.
 A drop is counted as `<filter>/<reason>` with datatrove's reason names (e.g. `gopher_quality/gopher_short_doc`).
 """
 
 import re
 import string
 import sys
-from collections import Counter
+from bisect import bisect_left
+from functools import cached_property
 
+import numba
+import numpy as np
 import pyarrow as pa
 import regex
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,9 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from filters.base import Annotation, Stage, StageParams
 
 # Unicode's Sentence_Terminal plus three Khmer signs: the set datatrove calls TERMINAL_PUNCTUATION (a newer Unicode
-# adds a few rare marks to ours)
+# adds a few rare marks to ours); one scan of all code points (matching them one by one took 4 s per import)
 TERMINAL_PUNCTUATION = frozenset(
-    chr(c) for c in range(sys.maxunicode + 1) if regex.match(r"\p{Sentence_Terminal}", chr(c))
+    regex.findall(r"\p{Sentence_Terminal}", "".join(map(chr, range(sys.maxunicode + 1))))
 ) | {"\u17d6", "\u17d9", "\u17da"}
 # What makes a word "only symbols" for Gopher: ASCII punctuation, control characters but tab and newline, the usual
 # typographic and CJK/full-width marks, and terminal punctuation
@@ -38,6 +43,7 @@ POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cooki
 VOCAB_LIMIT = 500_000
 _PARAGRAPHS = re.compile(r"\n{2,}")
 _LINES = re.compile("\n+")
+_HASH_BASE = np.uint64(0x100000001B3)  # FNV's prime: n-gram hashes for the tables of _find
 
 
 class _Rules(BaseModel):
@@ -108,20 +114,170 @@ def duplicates(items: list[str]) -> tuple[int, int]:
     return count, chars
 
 
+def _not_only_symbols(word: str) -> bool:
+    return bool(word.translate(_DELETE_SYMBOLS))
+
+
+def _has_letter(word: str) -> bool:
+    return any(c.isalpha() for c in word)
+
+
 class Tokens:
-    """One spaCy tokenization of a text: token strings and flags, read as arrays (no Token objects)."""
+    """One spaCy tokenization as numpy columns: token offsets, ORTH ids and lexeme flags (no Token objects)."""
 
-    def __init__(self, text: str, doc):
-        from spacy.attrs import IDX, IS_PUNCT, IS_SPACE, LENGTH
+    def __init__(self, doc, attrs: list[int]):
+        columns = doc.to_array(attrs).view(np.int64) if len(doc) else np.zeros((0, len(attrs)), np.int64)
+        self.starts, self.orths = columns[:, 0], columns[:, 2]
+        self.stops = self.starts + columns[:, 1]
+        self.space, self.punct, self.sentence_punct, self.content, self.alpha, self.stop_word = (columns[:, 3:] != 0).T
 
-        columns = doc.to_array([IDX, LENGTH, IS_PUNCT, IS_SPACE]).tolist() if len(doc) else []
-        self.starts = [row[0] for row in columns]
-        self.texts = [text[start : start + length] for start, length, _, _ in columns]
-        self.punct = [bool(row[2]) for row in columns]
-        self.space = [bool(row[3]) for row in columns]
+    def __len__(self) -> int:
+        return len(self.starts)
 
-    def words(self) -> list[str]:
-        return [w.strip() for w in self.texts if w.strip()]
+    @cached_property
+    def _nonspace(self) -> np.ndarray:
+        """Non-space tokens (datatrove's words) before each token: _nonspace[b] - _nonspace[a] of them in [a, b)."""
+        return np.concatenate([[0], np.cumsum(~self.space)])
+
+    def words_in(self, spans: list[tuple[int, int]]) -> int:
+        """Words in the token spans [first, last)."""
+        return int(sum(self._nonspace[b] - self._nonspace[a] for a, b in spans))
+
+    def sentences(self, spans: list[tuple[int, int]]) -> int:
+        """Sentences in the token spans [first, last), each split on its own as datatrove splits a line: spaCy's
+        Sentencizer, where after a sentence mark (".", "!", ...) the next token that is neither punctuation nor a
+        mark opens a sentence, then datatrove's drop of whitespace-only sentences."""
+        n = len(self)
+        index = np.arange(n)
+        plain = ~(self.punct | self.sentence_punct)
+        # the last plain-or-mark token before each token: a mark there means a sentence mark is pending
+        before = np.maximum.accumulate(np.concatenate([[-1], np.where(plain | self.sentence_punct, index, -1)]))[:n]
+        span_first, span_stop = np.full(n, n), np.zeros(n, np.int64)
+        for a, b in spans:
+            span_first[a:b], span_stop[a:b] = a, b
+        opens = plain & (before >= span_first) & self.sentence_punct[before]
+        firsts = np.flatnonzero(opens | (index == span_first))
+        stops = np.minimum(np.append(firsts[1:], n), span_stop[firsts])
+        return int(np.count_nonzero(self._nonspace[stops] > self._nonspace[firsts]))
+
+
+def _covering(starts: list[int], stops: list[int], start: int, end: int) -> tuple[int, int] | None:
+    """Token span [first, last) covering exactly chars [start, end) of the text; None if a token straddles an end."""
+    first = bisect_left(starts, start)
+    if first and stops[first - 1] > start:
+        return None
+    last = bisect_left(starts, end, first)
+    if last > first and stops[last - 1] > end:
+        return None
+    return first, last
+
+
+@numba.njit(cache=True)
+def _slots(count: int) -> np.ndarray:
+    """An open-addressing table for `count` keys: each slot holds the position of a first occurrence, or -1."""
+    size = 16
+    while size < 2 * count:
+        size *= 2
+    return np.full(size, -1, np.int64)
+
+
+@numba.njit(cache=True)
+def _gram_hashes(values: np.ndarray, ends: np.ndarray, n: int) -> np.ndarray:
+    """A hash of values[ends[i]:ends[i + n]] for each i (polynomial, wrapping uint64): equal slices hash alike."""
+    prefix = np.zeros(len(values) + 1, np.uint64)
+    power = np.ones(len(values) + 1, np.uint64)
+    for k in range(len(values)):
+        prefix[k + 1] = prefix[k] * _HASH_BASE + np.uint64(values[k]) + np.uint64(1)
+        power[k + 1] = power[k] * _HASH_BASE
+    hashes = np.empty(len(ends) - n, np.uint64)
+    for i in range(len(hashes)):
+        a, b = ends[i], ends[i + n]
+        hashes[i] = prefix[b] - prefix[a] * power[b - a]
+    return hashes
+
+
+@numba.njit(cache=True)
+def _same(values: np.ndarray, a: int, b: int, c: int, d: int) -> bool:
+    if b - a != d - c:
+        return False
+    for k in range(b - a):
+        if values[a + k] != values[c + k]:
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def _find(slots, hashes, values, ends, n, i) -> int:
+    """The slot of the n-gram at i: the one holding an equal n-gram, else the empty slot where it belongs."""
+    mask = np.uint64(len(slots) - 1)
+    slot = (hashes[i] ^ (hashes[i] >> np.uint64(32))) & mask
+    while slots[slot] != -1:
+        j = slots[slot]
+        if hashes[j] == hashes[i] and _same(values, ends[j], ends[j + n], ends[i], ends[i + n]):
+            return slot
+        slot = (slot + np.uint64(1)) & mask
+    return slot
+
+
+@numba.njit(cache=True)
+def _top_gram_chars(orths: np.ndarray, ends: np.ndarray, n: int) -> int:
+    """datatrove's find_top_duplicate on " "-joined n-grams: characters of the most frequent one times its count, of
+    tied ones the first seen (Counter.most_common(1)). Words hold no whitespace (spaCy splits there), so n-grams
+    joined with spaces are equal exactly when their words (orths) are."""
+    positions = np.arange(len(orths) + 1)
+    hashes = _gram_hashes(orths, positions, n)
+    slots, counts = _slots(len(hashes)), np.zeros(len(hashes), np.int64)
+    for i in range(len(hashes)):
+        slot = _find(slots, hashes, orths, positions, n, i)
+        if slots[slot] == -1:
+            slots[slot] = i
+        counts[slots[slot]] += 1
+    top = np.argmax(counts)
+    return (ends[top + n] - ends[top] + n - 1) * counts[top]
+
+
+@numba.njit(cache=True)
+def _repeated_chars(joined: np.ndarray, ends: np.ndarray, n: int) -> int:
+    """datatrove's find_all_duplicate: characters of repeated ""-joined n-grams (so "ab c" repeats "a bc"), where a
+    repeat counts and its n words are skipped, unremembered. joined: the code points of "".join(words); word i is
+    joined[ends[i]:ends[i + 1]]."""
+    hashes = _gram_hashes(joined, ends, n)
+    slots, repeated, index = _slots(len(hashes)), 0, 0
+    while index < len(hashes):
+        slot = _find(slots, hashes, joined, ends, n, index)
+        if slots[slot] == -1:
+            slots[slot] = index
+            index += 1
+        else:
+            repeated += ends[index + n] - ends[index]
+            index += n
+    return repeated
+
+
+class Words:
+    """A document's words: its non-space tokens, as datatrove's strip-and-drop-empty leaves them, with their flags."""
+
+    def __init__(self, text: str, tokens: Tokens):
+        word = ~tokens.space
+        self.text, self.starts, self.orths = text, tokens.starts[word], tokens.orths[word]
+        self.lengths = tokens.stops[word] - self.starts
+        self.content, self.alpha, self.stop_word = tokens.content[word], tokens.alpha[word], tokens.stop_word[word]
+        self.ends = np.concatenate([[0], np.cumsum(self.lengths)])  # word i is "".join(words)[ends[i]:ends[i + 1]]
+
+    def __len__(self) -> int:
+        return len(self.orths)
+
+    def top_gram_chars(self, n: int) -> int:
+        return int(_top_gram_chars(self.orths, self.ends, n))
+
+    @cached_property
+    def _joined(self) -> np.ndarray:
+        """The code points of "".join(words)."""
+        codes = np.frombuffer(self.text.encode("utf-32-le", "surrogatepass"), np.uint32)
+        return codes[np.arange(self.ends[-1]) + np.repeat(self.starts - self.ends[:-1], self.lengths)]
+
+    def repeated_chars(self, n: int) -> int:
+        return int(_repeated_chars(self._joined, self.ends, n)) if len(self) >= n else 0
 
 
 class HeuristicFilters(Stage):
@@ -137,20 +293,38 @@ class HeuristicFilters(Stage):
         self._new_tokenizer()
 
     def _new_tokenizer(self) -> None:
+        """A blank English tokenizer whose lexemes carry the flags the rules test, computed once per lexeme."""
         import spacy
+        from spacy.attrs import IDX, IS_PUNCT, IS_SPACE, LENGTH, ORTH
 
         self.nlp = spacy.blank("en")
+        self.nlp.tokenizer.max_cache_size = VOCAB_LIMIT
+        self.cached_chunks: set[str] = set()
+        flag = self.nlp.vocab.add_flag
+        # the columns of Tokens, in its order
+        self.attrs = [IDX, LENGTH, ORTH, IS_SPACE, IS_PUNCT, flag(self.sentence_punct.__contains__),
+                      flag(_not_only_symbols), flag(_has_letter), flag(STOP_WORDS.__contains__)]  # fmt: skip
 
     def tokenize(self, text: str) -> Tokens:
-        """Lexemes stay cached across documents (datatrove frees them per document, the costliest part of spaCy);
-        the tokenizer is rebuilt when its vocabulary grows past VOCAB_LIMIT, which bounds memory instead."""
-        if len(self.nlp.vocab) > VOCAB_LIMIT:
+        """spaCy's tokenizer with its cache of whitespace-separated chunks kept filled.
+
+        spaCy caches no more of a document's chunks once one is a special case ("It's", "Mr."), so most chunks of
+        web text went through its prefix/suffix/infix regexes every time. Each new chunk is tokenized alone first,
+        which caches it (unless it is itself a special case); the document's call then reads the cache. The tokens
+        are the same, as the cache only memoizes. Lexemes and chunks stay cached across documents (datatrove frees
+        them per document, the costliest part of spaCy); the tokenizer is rebuilt when either grows past
+        VOCAB_LIMIT, which bounds memory instead.
+        """
+        if len(self.nlp.vocab) > VOCAB_LIMIT or len(self.cached_chunks) > VOCAB_LIMIT:
             self._new_tokenizer()
-        self.nlp.max_length = len(text) + 10
-        return Tokens(text, self.nlp.tokenizer(text))
+        new = set(text.split()).difference(self.cached_chunks)
+        for chunk in new:
+            self.nlp.tokenizer(chunk)
+        self.cached_chunks.update(new)
+        return Tokens(self.nlp.tokenizer(text), self.attrs)
 
     # -- Gopher repetition ---------------------------------------------------------------------------------------
-    def gopher_repetition(self, text: str, words: list[str]) -> str | None:
+    def gopher_repetition(self, text: str, words: Words) -> str | None:
         p = self.params.gopher_repetition
         paragraphs = _PARAGRAPHS.split(text.strip())
         count, chars = duplicates(paragraphs)
@@ -164,42 +338,23 @@ class HeuristicFilters(Stage):
             return "dup_line_frac"
         if p.dup_line_char_frac and chars / len(text) > p.dup_line_char_frac:
             return "dup_line_char_frac"
-        # n-grams are slices of one string: " "-joined for the top n-gram, ""-joined for repeated n-grams
-        spaced, tight, offset_spaced, offset_tight = " ".join(words), "".join(words), [0], [0]
-        for word in words:
-            offset_spaced.append(offset_spaced[-1] + len(word) + 1)
-            offset_tight.append(offset_tight[-1] + len(word))
         for n, limit in p.top_n_grams:
-            if len(words) < n:
-                continue
-            counts = Counter(spaced[offset_spaced[i] : offset_spaced[i + n] - 1] for i in range(len(words) - n + 1))
-            gram, times = counts.most_common(1)[0]
-            if len(gram) * times / len(text) > limit:
+            if len(words) >= n and words.top_gram_chars(n) / len(text) > limit:
                 return f"top_{n}_gram"
         for n, limit in p.dup_n_grams:
-            seen, repeated, index = set(), 0, 0
-            while index < len(words) - n + 1:
-                gram = tight[offset_tight[index] : offset_tight[index + n]]
-                if gram in seen:
-                    repeated += len(gram)
-                    index += n
-                else:
-                    seen.add(gram)
-                    index += 1
-            if repeated / len(text) > limit:
+            if words.repeated_chars(n) / len(text) > limit:
                 return f"duplicated_{n}_n_grams"
         return None
 
     # -- Gopher quality ------------------------------------------------------------------------------------------
-    def gopher_quality(self, text: str, words: list[str]) -> str | None:
+    def gopher_quality(self, text: str, words: Words) -> str | None:
         p = self.params.gopher_quality
-        n_words = len(words)
-        content = [w for w in words if w.translate(_DELETE_SYMBOLS)]
-        if p.min_doc_words and len(content) < p.min_doc_words:
+        n_words, n_content = len(words), int(np.count_nonzero(words.content))
+        if p.min_doc_words and n_content < p.min_doc_words:
             return "gopher_short_doc"
-        if p.max_doc_words and len(content) > p.max_doc_words:
+        if p.max_doc_words and n_content > p.max_doc_words:
             return "gopher_long_doc"
-        mean_length = sum(len(w) for w in content) / len(content) if content else float("nan")
+        mean_length = int(words.lengths[words.content].sum()) / n_content if n_content else float("nan")
         if p.min_avg_word_length and mean_length < p.min_avg_word_length:
             return "gopher_below_avg_threshold"
         if p.max_avg_word_length and mean_length > p.max_avg_word_length:
@@ -213,52 +368,26 @@ class HeuristicFilters(Stage):
             return "gopher_too_many_bullets"
         if p.max_ellipsis_lines_ratio and sum(s.rstrip().endswith(("...", "…")) for s in lines) / len(lines) > p.max_ellipsis_lines_ratio:
             return "gopher_too_many_end_ellipsis"
-        if p.max_non_alpha_words_ratio and sum(any(c.isalpha() for c in w) for w in words) / n_words < p.max_non_alpha_words_ratio:
+        if p.max_non_alpha_words_ratio and int(np.count_nonzero(words.alpha)) / n_words < p.max_non_alpha_words_ratio:
             return "gopher_below_alpha_threshold"
-        if p.min_stop_words and len(STOP_WORDS.intersection(words)) < p.min_stop_words:
+        if p.min_stop_words and len(set(words.orths[words.stop_word].tolist())) < p.min_stop_words:
             return "gopher_enough_stop_words"
         return None
 
     # -- C4 ----------------------------------------------------------------------------------------------------
-    def _count_sentences(self, texts: list[str], punct: list[bool], space: list[bool]) -> int:
-        """spaCy's Sentencizer rule on a token run, then datatrove's drop of whitespace-only sentences."""
-        if not texts:
-            return 0
-        starts, seen_period = [0], False
-        for i, (token, is_punct) in enumerate(zip(texts, punct)):
-            in_punct_chars = token in self.sentence_punct
-            if seen_period and not is_punct and not in_punct_chars:
-                starts.append(i)
-                seen_period = False
-            elif in_punct_chars:
-                seen_period = True
-        starts.append(len(texts))
-        return sum(not all(space[a:b]) for a, b in zip(starts, starts[1:]))
-
-    def _line_tokens(self, tokens: Tokens, cursor: int, start: int, end: int) -> tuple[int, int, int] | None:
-        """Token range [first, last) covering exactly chars [start, end) of the text, from `cursor` on; None if a token straddles."""
-        first = cursor
-        while first < len(tokens.starts) and tokens.starts[first] < start:
-            first += 1
-        if first > 0 and tokens.starts[first - 1] + len(tokens.texts[first - 1]) > start and tokens.starts[first - 1] < start:
-            return None
-        last = first
-        while last < len(tokens.starts) and tokens.starts[last] < end:
-            last += 1
-        if last > first and tokens.starts[last - 1] + len(tokens.texts[last - 1]) > end:
-            return None
-        return first, last, last
-
     def c4(self, text: str, tokens: Tokens) -> tuple[str | None, str, int]:
-        """(reason or None, the kept lines joined, word count of that text)."""
+        """(reason or None, the kept lines joined, word count of that text). A kept line's sentences and words are
+        counted on the document's tokens that cover it exactly, else (a token straddles it, or citations were cut)
+        on the line tokenized alone, as datatrove does for every line."""
         p = self.params.c4
-        kept, sentences, words_kept, cursor, position = [], 0, 0, 0, 0
+        kept, spans, alone, position = [], [], [], 0
+        starts, stops = tokens.starts.tolist(), tokens.stops.tolist()
         for raw in text.splitlines(keepends=True):
             line_start, position = position, position + len(raw)
             body = raw.rstrip("\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
             line = body.strip()
             words = line.split()
-            if p.max_word_length != -1 and any(len(w) > p.max_word_length for w in words):
+            if p.max_word_length != -1 and words and max(map(len, words)) > p.max_word_length:
                 continue
             cleaned = CITATION.sub("", line) if p.remove_citations else line
             if p.filter_no_terminal_punct and (not cleaned.endswith((".", "?", "!", '"', "'")) or cleaned.endswith("...")):
@@ -274,23 +403,18 @@ class HeuristicFilters(Stage):
                 return "curly_bracket", text, 0
             if p.filter_policy and any(phrase in lowered for phrase in POLICY_PHRASES):
                 continue
-            span = None
-            if cleaned == line:
-                lead = len(body) - len(body.lstrip())
-                span = self._line_tokens(tokens, cursor, line_start + lead, line_start + lead + len(line))
+            begin = line_start + len(body) - len(body.lstrip())
+            span = _covering(starts, stops, begin, begin + len(line)) if cleaned == line else None
             if span:
-                first, last, cursor = span
-                texts, punct, space = tokens.texts[first:last], tokens.punct[first:last], tokens.space[first:last]
+                spans.append(span)
             else:
-                alone = self.tokenize(cleaned)
-                texts, punct, space = alone.texts, alone.punct, alone.space
-            if p.min_num_sentences != -1:
-                sentences += self._count_sentences(texts, punct, space)
-            words_kept += sum(1 for t in texts if t.strip())
+                alone.append(self.tokenize(cleaned))
             kept.append(cleaned)
+        counted = [(tokens, spans)] + [(line_tokens, [(0, len(line_tokens))]) for line_tokens in alone]
+        sentences = sum(t.sentences(s) for t, s in counted) if p.min_num_sentences != -1 else 0
         if sentences < p.min_num_sentences:
             return "too_few_sentences", text, 0
-        return None, "\n".join(kept).strip(), words_kept
+        return None, "\n".join(kept).strip(), sum(t.words_in(s) for t, s in counted)
 
     # -- FineWeb quality ---------------------------------------------------------------------------------------
     def fineweb_quality(self, text: str, n_words: int) -> str | None:
@@ -315,7 +439,7 @@ class HeuristicFilters(Stage):
             return "gopher_repetition/empty", text
         p = self.params
         tokens = self.tokenize(text)
-        words = tokens.words()
+        words = Words(text, tokens)
         if p.gopher_repetition.enabled and (reason := self.gopher_repetition(text, words)):
             return f"gopher_repetition/{reason}", text
         if p.gopher_quality.enabled and (reason := self.gopher_quality(text, words)):

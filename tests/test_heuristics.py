@@ -1,13 +1,14 @@
 """The heuristics stage: each reason on hand-made documents, and the same decisions as datatrove's filters."""
 
 import glob
+import random
 
 import pyarrow as pa
 import pytest
 
 from curation.sources.warc import WarcReader
 from filters import HtmlExtractor
-from filters.heuristics import HeuristicFilters, datatrove_reference
+from filters.heuristics import HeuristicFilters, Words, _covering, datatrove_reference
 from tests.conftest import SHARED_DATA
 
 S = [
@@ -102,18 +103,100 @@ def test_same_decisions_as_datatrove_on_hand_made_documents(stage):
         assert ours[0] == theirs[0] and (ours[0] is not None or ours[1] == theirs[1])
 
 
-def test_same_decisions_as_datatrove_on_real_and_sample_pages(stage, sample_snapshot):
-    judge = datatrove_judge()
+@pytest.fixture(scope="module")
+def pages(sample_snapshot) -> list[str]:
+    """Extracted texts of the real WARC pages in ../shared/data (when present) and of the sample snapshot."""
     files = sorted(glob.glob(str(SHARED_DATA / "warc" / "*.gz"))) + sorted(glob.glob(str(sample_snapshot / "*.warc.gz")))
     texts = HtmlExtractor().process(pa.concat_tables([WarcReader("x").read(f).table for f in files]))
-    texts = texts.kept["text"].to_pylist()
-    assert len(texts) >= 150
+    return texts.kept["text"].to_pylist()
+
+
+# what trips a per-line or per-token shortcut: citations, odd line breaks and spaces, special cases, words that
+# join alike ("ab c", "a bc"), a word over C4's 1000 characters, and lines C4 drops or that end a document
+AWKWARD = ["[1]", "[edit]", "[citation needed]", " [2] ", "e.g.", "U.S.", "(see", "this)", "...", "…", "\u2028", "\x0c",
+           "\x1c", "\r\n", "\x85", "\xa0", "\u3000", "\t", "  ", "\n\n", "\n", "!", "?", "。", " - ", "•", "#", "''", "``",
+           "don't", "\u200b", "ab c", "a bc", "x" * 1001, " javascript ", " privacy policy ", "{", "Mr.", " . . . ", "?!"]  # fmt: skip
+
+
+def mutated(text: str, rng: random.Random) -> str:
+    chars = list(text)
+    for _ in range(rng.choice([1, 3, 10, 30])):
+        chars.insert(rng.randrange(len(chars) + 1), rng.choice(AWKWARD))
+    lines = "".join(chars).split("\n")
+    if rng.random() < 0.3:
+        rng.shuffle(lines)
+    return "\n".join(lines).replace(".", "", rng.choice([0, 0, 5, 50]))
+
+
+def assert_same_decisions_as_datatrove(stage, texts):
+    judge = datatrove_judge()
     differ = []
     for text in texts:
         theirs, ours = judge(text), stage.judge(text)
         if ours[0] != theirs[0] or (ours[0] is None and ours[1] != theirs[1]):
             differ.append((theirs[0], ours[0], text[:80]))
     assert not differ, f"{len(differ)} of {len(texts)} documents differ: {differ[:3]}"
+
+
+def test_same_decisions_as_datatrove_on_real_and_sample_pages(stage, pages):
+    assert len(pages) >= 150
+    assert_same_decisions_as_datatrove(stage, pages)
+
+
+def test_same_decisions_as_datatrove_on_awkwardly_edited_pages(stage, pages):
+    rng = random.Random(0)
+    assert_same_decisions_as_datatrove(stage, [mutated(rng.choice(pages), rng) for _ in range(300)])
+
+
+def test_n_gram_rules_match_datatrove_where_words_join_alike(stage):
+    """datatrove's repeated n-grams compare ""-joined strings ("ab ba" repeats "a bba"), its top n-gram " "-joined
+    ones with the first seen winning ties: texts of few short words hit both."""
+    gopher = pytest.importorskip("datatrove.pipeline.filters.gopher_repetition_filter")
+    from datatrove.utils.text import split_into_words
+
+    rng = random.Random(0)
+    for _ in range(300):
+        text = " ".join(rng.choice(["a", "b", "ab", "ba", "bba", "aab"]) for _ in range(rng.randint(1, 80)))
+        words, theirs = Words(text, stage.tokenize(text)), split_into_words(text, "en")
+        for n in range(2, 5):
+            if len(theirs) >= n:
+                assert words.top_gram_chars(n) == gopher.find_top_duplicate(gopher.get_n_grams(theirs, n)), (text, n)
+        for n in range(5, 11):
+            assert words.repeated_chars(n) == gopher.find_all_duplicate(theirs, n), (text, n)
+
+
+def test_sentences_and_words_of_lines_are_datatroves(stage, pages):
+    """C4 counts each kept line's sentences and words as datatrove's spaCy sentencizer and word split do, on the
+    document's tokens where they cover the line exactly: many lines in one go."""
+    pytest.importorskip("datatrove", reason="needs `pip install datatrove==0.10.1` (the test extra)")
+    from datatrove.utils.text import split_into_sentences, split_into_words
+
+    rng = random.Random(2)
+    marks_across_lines = " Spaces first. A mark ends it.\n(see this) opens with punctuation!\n\"Quoted\" start. And … more\n- x."
+    for text in [marks_across_lines] + pages[:40] + [mutated(rng.choice(pages), rng) for _ in range(40)]:
+        tokens = stage.tokenize(text)
+        starts, stops = tokens.starts.tolist(), tokens.stops.tolist()
+        spans, expected, position = [], [0, 0], 0
+        for line in text.split("\n"):
+            begin = position + len(line) - len(line.lstrip())
+            span = _covering(starts, stops, begin, begin + len(line.strip()))
+            position += len(line) + 1
+            if line.strip() and span:
+                spans.append(span)
+                expected[0] += len(split_into_sentences(line.strip(), "en"))
+                expected[1] += len(split_into_words(line.strip(), "en"))
+        assert [tokens.sentences(spans), tokens.words_in(spans)] == expected
+
+
+def test_cached_tokenization_is_spacys(stage, pages):
+    """tokenize() fills spaCy's chunk cache ahead of each document: the tokens must be a fresh tokenizer's."""
+    import spacy
+
+    fresh = spacy.blank("en").tokenizer
+    rng = random.Random(1)
+    for text in pages[:60] + [mutated(rng.choice(pages), rng) for _ in range(60)]:
+        tokens = stage.tokenize(text)
+        assert list(zip(tokens.starts.tolist(), tokens.stops.tolist())) == [(t.idx, t.idx + len(t)) for t in fresh(text)]
 
 
 @pytest.mark.parametrize(

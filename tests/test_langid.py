@@ -21,13 +21,23 @@ def test_accuracy_per_language_on_real_sentences(lid, capsys):
     for path in sorted((SHARED_DATA / "langid" / "sentences").glob("*.txt")):
         sentences = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         expected = LID176_CODE.get(path.stem, path.stem)
-        correct = sum(lid.predict(s)[0] == expected for s in sentences)
+        correct = sum(language == expected for language, _ in lid.predict(sentences))
         accuracy[path.stem] = (correct / len(sentences), len(sentences))
     with capsys.disabled():
         print("\nlid.176 accuracy on ../shared/data/langid/sentences (language: accuracy over n sentences)")
         print("  " + "  ".join(f"{lang}={acc:.3f}/{n}" for lang, (acc, n) in accuracy.items()))
     low = {lang: accuracy[lang][0] for lang in REQUIRED if accuracy[lang][0] < 0.95}
     assert not low, f"accuracy below 0.95: {low}"
+
+
+def test_one_batched_call_gives_each_text_its_own_prediction(lid):
+    texts = ["The committee will publish\n its report next week.", "Der Ausschuss veröffentlicht\tseinen Bericht.", "ok",
+             "日本語の文章です。"]  # fmt: skip
+    expected = []
+    for text in texts:
+        labels, scores = lid.model.predict(" ".join(text.split()), k=1)
+        expected.append((labels[0].removeprefix("__label__"), float(scores[0])))
+    assert lid.predict(texts) == expected
 
 
 def test_filter_keeps_configured_languages_above_threshold():
