@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from curation.io import read_parquet, write_parquet_atomic
 from curation.recipe import Recipe
-from filters.duplicates import PRIORITY_BITS, DuplicateFilter
+from filters.duplicates import DuplicateFilter
 
 ROW_BITS, SHARD_BITS = 24, 20  # with PRIORITY_BITS (19): 63 bits, so node ids stay positive int64
 MAX_ROUNDS = 64

@@ -4,7 +4,6 @@ import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 from tokenizers import Tokenizer
 
 from curation.cli import main
