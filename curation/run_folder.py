@@ -46,9 +46,13 @@ class RunFolder:
     def work(self, stage: int) -> str:
         return self.url(f"work/{self.stage_dirs[stage]}")
 
+    def path(self, relative: str) -> str:
+        """A path under the run on its filesystem (without the protocol), for the driver's own reads and deletes."""
+        return f"{self.root}/{relative}"
+
     def folders(self, stage_dir: str) -> list[str]:
         """Everything a stage wrote, relative to the root's filesystem path."""
-        return [f"{self.root}/{where}{stage_dir}" for where in ("", "removed/", "work/", "reports/")]
+        return [self.path(f"{where}{stage_dir}") for where in ("", "removed/", "work/", "reports/")]
 
 
 class Manifest:
@@ -57,7 +61,7 @@ class Manifest:
 
     def __init__(self, folder: RunFolder):
         self.folder, self.fs = folder, folder.fs
-        self.path = f"{folder.root}/{MANIFEST}"
+        self.path = folder.path(MANIFEST)
         self.data = read_json(self.fs, self.path) if self.fs.exists(self.path) else {"stages": {}}
 
     def prepare(self, stage_dir: str, stage_hash: str) -> None:

@@ -339,20 +339,20 @@ def run(
         for shard in waiting.pop(barrier):
             submit(barrier, shard)
 
-    root = folder.root
     for barrier in barriers:  # a finished pass's files are no longer needed; its stats stay in the manifest
         entry = manifest.data["stages"][stage_dirs[barrier]]
+        work = folder.path(f"work/{stage_dirs[barrier]}")
         if "passes" in entry and all(done(barrier, shard) for shard in range(len(inputs))):
-            if fs.exists(f"{root}/work/{stage_dirs[barrier]}"):
-                fs.rm(f"{root}/work/{stage_dirs[barrier]}", recursive=True)
+            if fs.exists(work):
+                fs.rm(work, recursive=True)
             entry["pass_stats"] = run_stats.summarize_pass(entry.pop("passes"))
             manifest.save()
     for index, spec in enumerate(recipe.stages):  # a stage's report parts as one file, e.g. OUT/decontamination.parquet
         stage_class = STAGES[spec.stage]
-        reports = f"{root}/reports/{stage_dirs[index + 1]}"
+        reports = folder.path(f"reports/{stage_dirs[index + 1]}")
         if stage_class.report_name and fs.exists(reports):
             parts = [read_parquet(fs, path) for path in sorted(fs.glob(f"{reports}/part-*.parquet"))]
             merged = pa.concat_tables(parts) if parts else stage_class.report_schema.empty_table()
-            write_parquet_atomic(fs, f"{root}/{stage_class.report_name}.parquet", merged)
-    run_stats.write(fs, root, manifest.data, stage_dirs)
+            write_parquet_atomic(fs, folder.path(f"{stage_class.report_name}.parquet"), merged)
+    run_stats.write(fs, folder.root, manifest.data, stage_dirs)
     return result

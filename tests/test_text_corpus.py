@@ -13,7 +13,7 @@ import pytest
 from curation import stats
 from curation.cli import main
 from curation.recipe import load_recipe
-from curation.sources import python_docs, text_corpus
+from curation.sources import local_files, python_docs
 from curation.sources.text_corpus import TextReader
 
 ERRATA = (
@@ -63,7 +63,7 @@ def test_a_file_over_the_limit_is_counted_without_being_read(tmp_path, monkeypat
     (tmp_path / "small.txt").write_text(PROSE)
     opened = []
     spy = lambda file, *args: opened.append(file) or builtins.open(file, *args)  # noqa: E731
-    monkeypatch.setattr(text_corpus, "open", spy, raising=False)
+    monkeypatch.setattr(local_files, "open", spy, raising=False)  # where the readers open files
     result = TextReader("local").read(str(tmp_path))  # over the default 50 MB
     assert result.dropped == {"file_too_large": 1} and result.table.num_rows == 1
     assert opened == [str(tmp_path / "small.txt")] and result.bytes_in == (1 << 30) + len(PROSE)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from curation.schema import DOCUMENT_FIELDS
+from curation.sources.local_files import decode, load_file
 from curation.sources.warc import ReadResult
 
 LANGUAGES = {
@@ -64,27 +65,15 @@ class CodeReader:
             if language is None:
                 dropped["not_code"] += 1
                 continue
-            if not os.path.isfile(file):  # a broken link, a pipe, a socket: never opened
-                dropped["not_a_file"] += 1
-                continue
-            file_size = os.path.getsize(file)
+            file_size, data = load_file(file, self.max_file_bytes)
             size += file_size
-            if file_size > self.max_file_bytes:
-                dropped["file_too_large"] += 1
-                continue
-            try:
-                data = Path(file).read_bytes()
-            except OSError:
-                dropped["unreadable"] += 1
+            if isinstance(data, str):
+                dropped[data] += 1
                 continue
             digest.update(data)
-            if b"\x00" in data[:8192]:
-                dropped["binary_file"] += 1
-                continue
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError:
-                dropped["undecodable"] += 1
+            text, reason = decode(data)
+            if reason:
+                dropped[reason] += 1
                 continue
             relative = os.path.relpath(file, base)
             rows.append({

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from curation.schema import DOCUMENT_FIELDS
+from curation.sources.local_files import decode, load_file
 from curation.sources.warc import ReadResult
 
 SUFFIXES = (".txt", ".md", ".jsonl", ".jsonl.gz", ".parquet")
@@ -43,28 +44,9 @@ def supported(file: str) -> bool:
     return file.lower().endswith(SUFFIXES)
 
 
-def load_file(file: str, max_bytes: int) -> tuple[int, bytes | str]:
-    """(bytes on disk, the content or why there is none); a file over max_bytes is judged by its size, never opened."""
-    if not os.path.isfile(file):  # a broken link, a pipe, a socket
-        return 0, "not_a_file"
-    size = os.path.getsize(file)
-    if size > max_bytes:
-        return size, "file_too_large"
-    try:
-        with open(file, "rb") as handle:
-            return size, handle.read()
-    except OSError:
-        return size, "unreadable"
-
-
 def _plain(data: bytes) -> Iterator[Record]:
-    if b"\x00" in data[:8192]:
-        yield "binary_file"
-        return
-    try:
-        yield {"text": data.decode("utf-8")}
-    except UnicodeDecodeError:
-        yield "undecodable"
+    text, reason = decode(data)
+    yield reason or {"text": text}
 
 
 def _jsonl(data: bytes, compressed: bool) -> Iterator[Record]:
