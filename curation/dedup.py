@@ -9,6 +9,9 @@
     assign    per partition  root and size of every clustered node -> assign/s<shard>
 Then each shard's filter task reads only its own assignments (`attach_clusters`).
 
+This module owns the pass: `run_pass` is its step order, `PassContext.sized` its partition count. The runner only
+hands it a fan-out callback that runs one step's tasks (on Ray) and records them in the manifest.
+
 A document is a node: an int64 of (priority << 44 | shard << 24 | row), so the smallest node of a component is
 the member the stage wants to keep (first seen, longest, or best quality) and the node says where its row lives.
 Every task writes its files atomically under fixed names and the driver records it in the manifest only when it
@@ -16,6 +19,8 @@ returned, so a killed pass resumes at the task it stopped at without duplicating
 bounded by its partition (`partition_records` keys each), not by the corpus.
 """
 
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import fsspec
@@ -25,6 +30,7 @@ import pyarrow as pa
 
 from curation.io import read_parquet, write_parquet_atomic
 from curation.recipe import Recipe
+from curation.worker_stages import worker_stage
 from filters.duplicates import DuplicateFilter
 
 ROW_BITS, SHARD_BITS = 24, 20  # with PRIORITY_BITS (19): 63 bits, so node ids stay positive int64
@@ -63,6 +69,17 @@ class PassContext:
     parts: dict[int, str]  # shard -> the previous stage's part
     partitions: int
 
+    @classmethod
+    def sized(cls, recipe: Recipe, stage_index: int, stage_hash: str, work: str, parts: dict[int, str], docs: int,
+              partitions: int | None = None) -> "PassContext":  # fmt: skip
+        """A pass over `docs` documents, with enough partitions that each holds about `partition_records` keys (a
+        resumed pass passes the count its first attempt chose, so its files keep their layout)."""
+        if partitions is None:
+            stage = recipe.build(stage_index)
+            keys = docs * stage.keys_per_document
+            partitions = max(1, -(-keys // stage.params.partition_records))
+        return cls(recipe, stage_index, stage_hash, work, parts, partitions)
+
     @property
     def fs(self):
         return fsspec.core.url_to_fs(self.work)[0]
@@ -72,9 +89,7 @@ class PassContext:
 
 
 def stage_of(ctx: PassContext) -> DuplicateFilter:
-    stage = ctx.recipe.worker_stage(ctx.stage_index, ctx.stage_hash)
-    stage.ready()
-    return stage
+    return worker_stage(ctx.recipe, ctx.stage_index, ctx.stage_hash)
 
 
 def _read_folder(ctx: PassContext, folder: str, schema: pa.Schema | None = None) -> pa.Table:
@@ -334,3 +349,37 @@ STEPS = {
     "small": small_star_step,
     "assign": assign_step,
 }
+
+
+class PassFailed(RuntimeError):
+    pass
+
+
+# fan_out(name, step, ids, *args): run STEPS[step](ctx, *args, id) for every id not done yet under `name`, return
+# {id: stats} for all of them; raises PassFailed when a task fails
+FanOut = Callable[..., dict]
+
+
+def run_task(ctx: PassContext, step: str, *args) -> dict:
+    """One task of the pass (what the runner's fan-out runs on a worker), with its seconds."""
+    started = time.perf_counter()
+    stats = STEPS[step](ctx, *args)
+    return {**stats, "seconds": round(time.perf_counter() - started, 4)}
+
+
+def run_pass(ctx: PassContext, fan_out: FanOut) -> None:
+    """Every step of the pass, in order; each step's tasks run in parallel and depend only on earlier steps."""
+    shards: Iterable[int] = sorted(ctx.parts)
+    partitions = range(ctx.partitions)
+    fan_out("keys", "keys", shards)
+    fan_out("buckets", "buckets", partitions)
+    if stage_of(ctx).verify_threshold is not None:
+        fan_out("verify-first", "verify-first", shards)
+        fan_out("verify-second", "verify-second", shards)
+    for round_ in range(1, MAX_ROUNDS + 1):
+        large = fan_out(f"r{round_:03d}-large", "large", partitions, round_)
+        if all(stats["converged"] for stats in large.values()):
+            fan_out("assign", "assign", partitions, round_)
+            return
+        fan_out(f"r{round_:03d}-small", "small", partitions, round_)
+    raise PassFailed(f"connected components did not converge in {MAX_ROUNDS} rounds")

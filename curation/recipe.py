@@ -12,9 +12,6 @@ from filters import STAGES
 from filters.base import Stage
 
 
-_WORKER_STAGES: dict[str, Stage] = {}
-
-
 class RecipeError(ValueError):
     pass
 
@@ -55,12 +52,13 @@ class Recipe(BaseModel):
         cls = STAGES[spec.stage]
         return cls(cls.Params.model_validate(spec.params))
 
-    def worker_stage(self, index: int, key: str) -> Stage:
-        """The stage built once per worker process and config hash (setup() then runs once, not once per shard)."""
-        stage = _WORKER_STAGES.get(key)
-        if stage is None:
-            stage = _WORKER_STAGES[key] = self.build(index)
-        return stage
+    def stage_hashes(self, inputs: list[str], snapshot: str) -> list[str]:
+        """Per stage folder, a config hash chained through every earlier stage: a change reruns that stage and all
+        after it."""
+        hashes = [config_hash("read", self.source.model_dump(), inputs, snapshot)]
+        for spec in self.stages:
+            hashes.append(config_hash(hashes[-1], spec.model_dump()))
+        return hashes
 
     def stage_dirs(self) -> list[str]:
         """Folder names in run order: 00_read, then one per stage."""

@@ -64,6 +64,18 @@ class Manifest:
         self.path = folder.path(MANIFEST)
         self.data = read_json(self.fs, self.path) if self.fs.exists(self.path) else {"stages": {}}
 
+    @classmethod
+    def start(cls, folder: RunFolder, stage_hashes: list[str], **about) -> "Manifest":
+        """The run's manifest, created or resumed, with every stage whose config changed forgotten; `about` (recipe,
+        inputs, versions) is recorded as given."""
+        folder.fs.makedirs(folder.root, exist_ok=True)
+        manifest = cls(folder)
+        for stage_dir, stage_hash in zip(folder.stage_dirs, stage_hashes):
+            manifest.prepare(stage_dir, stage_hash)
+        manifest.data.update(about)
+        manifest.save()
+        return manifest
+
     def prepare(self, stage_dir: str, stage_hash: str) -> None:
         """Forget a stage whose config changed (its hash chains in every earlier stage) and delete what it wrote."""
         entry = self.data["stages"].get(stage_dir)
@@ -77,6 +89,9 @@ class Manifest:
 
     def recorded(self, stage_dir: str, shard: int) -> bool:
         return str(shard) in self.data["stages"][stage_dir]["shards"]
+
+    def docs_out(self, stage_dir: str) -> int:
+        return sum(shard["docs_out"] for shard in self.data["stages"][stage_dir]["shards"].values())
 
     def record(self, stage_dir: str, shard_stats: dict) -> None:
         self.data["stages"][stage_dir]["shards"][str(shard_stats["shard"])] = shard_stats

@@ -1,54 +1,28 @@
-"""Runs a recipe on Ray, shard by shard, with atomic outputs, a manifest and resume.
+"""Runs a recipe on Ray, shard by shard, with atomic outputs, a manifest and resume. It only schedules.
 
-Ray is only the executor: `run_segment` is plain Python that Ray schedules. The consecutive per-shard stages
-between two barriers (a duplicate stage is a barrier) run fused, in one task on one shard, in memory, and write
-once: the last stage before each barrier and the final stage (`materialize_all` writes every stage, today's
-debugging layout). Each stage still gets its own stats, drop reasons and removed documents. Once every shard has
-reached a duplicate stage, its corpus-wide pass (curation/dedup.py) runs as tasks per shard and per partition, then
-the next segment starts with its filter. The driver is the only writer of the manifest, and a stage counts as done
-only once the manifest says so and its part (when it writes one) exists: a run killed at any point reruns each
-shard from its last written boundary into the same file names, never duplicating one.
+The consecutive per-shard stages between two barriers (a duplicate stage is a barrier) run as one fused task per
+shard (curation/segment.py), which writes the last stage before each barrier and the final stage (every stage with
+`materialize_all`). Once every shard has reached a duplicate stage, its corpus-wide pass (curation/dedup.py, which
+owns the step order) runs through `_fan_out`, then the next segment starts with the stage's filter. The driver is the
+only writer of the manifest (curation/run_folder.py), and a stage counts as done only once the manifest says so and
+its part (when it writes one) exists: a run killed at any point reruns each shard from its last written boundary into
+the same file names, never duplicating one.
 """
 
-import os
 import platform
-import time
 from dataclasses import dataclass, field
 from importlib import metadata
 
-import fsspec
 import pyarrow as pa
 
-from curation import dedup
+from curation import dedup, ray_session
 from curation import stats as run_stats
 from curation.io import read_parquet, write_parquet_atomic
-from curation.recipe import Recipe, config_hash
+from curation.recipe import Recipe
 from curation.run_folder import Manifest, RunFolder
-from curation.schema import text_bytes
-from curation.sources.code_tree import CodeReader
-from curation.sources.parquet_documents import ParquetReader
-from curation.sources.text_corpus import TextReader
-from curation.sources.warc import WarcReader
+from curation.segment import SegmentTask, run_segment
 from filters import STAGES
 from filters.duplicates import DuplicateFilter
-
-
-@dataclass
-class SegmentTask:
-    """Stages `first`..`last` of one shard, in memory, reading `input` (the input file when `first` is 0, else the
-    part of stage `first - 1`) and writing the parts of the stages in `writes`."""
-
-    recipe: Recipe
-    first: int  # 0 reads the input file; k > 0 runs recipe.stages[k-1]
-    last: int
-    shard: int
-    input: str
-    folder: RunFolder
-    writes: frozenset[int]
-    keep_removed: bool
-    snapshot: str
-    hashes: list[str]  # chained config hash per stage index
-    clusters: dedup.PassContext | None = None  # `first` is a duplicate stage: where its pass left the clusters
 
 
 @dataclass
@@ -59,158 +33,11 @@ class ShardFailure:
     error: str
 
 
-class StageFailed(RuntimeError):
-    """A stage of a fused task failed; carries the stage so the failure is reported where it happened."""
-
-    def __init__(self, stage_dir: str, message: str):
-        super().__init__(stage_dir, message)
-        self.stage_dir = stage_dir
-
-    def __str__(self) -> str:
-        return self.args[1]
-
-
 @dataclass
 class RunResult:
     output: str
     failures: list[ShardFailure] = field(default_factory=list)
     skipped_shards: int = 0
-
-
-def _read_input(task: SegmentTask) -> tuple[pa.Table, dict, dict, int, int]:
-    """Stage 0: the input file as documents (kept, dropped, extra stats, docs in, bytes in)."""
-    source = task.recipe.source
-    readers = {"parquet": ParquetReader, "code": CodeReader, "warc": WarcReader, "text": TextReader}
-    options = {"max_payload_bytes": source.max_payload_bytes} if source.kind == "warc" else {}
-    if source.kind == "text" and "max_payload_bytes" in source.model_fields_set:  # else the reader's 50 MB
-        options = {"max_file_bytes": source.max_payload_bytes}
-    result = readers[source.kind](task.snapshot, source.source, **options).read(task.input)
-    bytes_in = result.bytes_in if result.bytes_in is not None else fsspec.core.url_to_fs(task.input)[0].size(task.input)
-    docs_in = result.table.num_rows + sum(result.dropped.values())
-    return result.table, dict(result.dropped), {"input": task.input, "input_sha256": result.sha256}, docs_in, bytes_in
-
-
-def run_segment(task: SegmentTask) -> list[dict]:
-    """The segment's stages on one shard; returns each stage's stats. Raises StageFailed naming the stage and file."""
-    fs, folder, table = task.folder.fs, task.folder, None
-    results = []
-    for index in range(task.first, task.last + 1):
-        started = time.perf_counter()
-        try:
-            if index == 0:
-                kept, dropped, extra, docs_in, bytes_in = _read_input(task)
-                removed = None
-            else:
-                if table is None:
-                    table = read_parquet(fs, task.input)
-                    if task.clusters is not None:
-                        table = dedup.attach_clusters(task.clusters, task.shard, table)
-                stage = task.recipe.worker_stage(index - 1, task.hashes[index])
-                outcome = stage.process(table)
-                kept, dropped, removed, extra = outcome.kept, outcome.dropped, outcome.removed, dict(outcome.stats)
-                docs_in, bytes_in = table.num_rows, text_bytes(table)
-                if stage.report_name:  # its rows go to OUT/<report_name>.parquet: too many for stats.json
-                    report = pa.Table.from_pylist(extra.pop("report"), schema=stage.report_schema)
-                    _write(fs, folder.report(index, task.shard), report)
-            if index in task.writes:
-                _write(fs, folder.part(index, task.shard), kept)
-            if task.keep_removed and removed is not None and removed.num_rows:
-                _write(fs, folder.removed(index, task.shard), removed)
-        except Exception as error:
-            stage_dir = folder.stage_dirs[index]
-            raise StageFailed(stage_dir, f"shard {task.shard} of {stage_dir} failed on {task.input}: {error!r}") from error
-        table = kept
-        results.append({
-            "shard": task.shard, "docs_in": docs_in, "docs_out": kept.num_rows, "bytes_in": bytes_in,
-            "bytes_out": text_bytes(kept), "dropped": dropped, "seconds": round(time.perf_counter() - started, 4), **extra,
-        })  # fmt: skip
-    return results
-
-
-def _write(fs, path: str, table: pa.Table) -> None:
-    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    write_parquet_atomic(fs, path, table)
-
-
-def _versions() -> dict[str, str]:
-    found = {"python": platform.python_version()}
-    for package in ("ray", "pyarrow", "trafilatura", "resiliparse", "fasttext-numpy2-wheel", "datatrove"):
-        try:
-            found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            pass
-    return found
-
-
-def _init_ray(address: str | None, num_cpus: int | None) -> None:
-    import logging
-
-    import ray
-
-    if ray.is_initialized():
-        return
-    if address:
-        import curation
-        import filters
-
-        ray.init(address=address, runtime_env={"py_modules": [curation, filters]}, logging_level=logging.WARNING)
-    else:
-        ray.init(
-            num_cpus=num_cpus or os.cpu_count(),
-            include_dashboard=False,
-            object_store_memory=200 * 1024**2,
-            logging_level=logging.WARNING,
-            log_to_driver=True,
-        )
-
-
-def run_pass_task(ctx: dedup.PassContext, step: str, *args) -> dict:
-    started = time.perf_counter()
-    stats = dedup.STEPS[step](ctx, *args)
-    return {**stats, "seconds": round(time.perf_counter() - started, 4)}
-
-
-class PassFailed(RuntimeError):
-    pass
-
-
-def _run_pass(ctx: dedup.PassContext, stage_dir: str, manifest: Manifest, on_step) -> None:
-    """All steps of one duplicate stage's corpus-wide pass, skipping the tasks the manifest has as done."""
-    import ray
-
-    remote = ray.remote(run_pass_task).options(num_cpus=1, max_retries=0)
-    passes = manifest.data["stages"][stage_dir].setdefault("passes", {})
-
-    def step(name: str, kind: str, ids, *args) -> dict:
-        done = passes.setdefault(name, {})
-        pending = {remote.remote(ctx, kind, *args, i): i for i in ids if str(i) not in done}
-        total = len(done) + len(pending)
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            task = pending.pop(ready[0])
-            try:
-                done[str(task)] = ray.get(ready[0])
-            except Exception as error:
-                cause = getattr(error, "cause", None) or error
-                raise PassFailed(f"{stage_dir}: step {name}, task {task} failed: {(str(cause).strip().splitlines() or [repr(cause)])[-1]}") from None
-            manifest.save()
-            if on_step:
-                on_step(stage_dir, name, len(done), total)
-        return done
-
-    shards, partitions = sorted(ctx.parts), range(ctx.partitions)
-    step("keys", "keys", shards)
-    step("buckets", "buckets", partitions)
-    if dedup.stage_of(ctx).verify_threshold is not None:
-        step("verify-first", "verify-first", shards)
-        step("verify-second", "verify-second", shards)
-    for round_ in range(1, dedup.MAX_ROUNDS + 1):
-        large = step(f"r{round_:03d}-large", "large", partitions, round_)
-        if all(stats["converged"] for stats in large.values()):
-            step("assign", "assign", partitions, round_)
-            return
-        step(f"r{round_:03d}-small", "small", partitions, round_)
-    raise PassFailed(f"{stage_dir}: connected components did not converge in {dedup.MAX_ROUNDS} rounds")
 
 
 def run(
@@ -227,132 +54,196 @@ def run(
 ) -> RunResult:
     """Run (or resume) `recipe` over `inputs` into `output`; `progress` gets (stage_dir, shard_stats) per finished
     stage of a shard, `on_step` (stage_dir, step, done, total) per finished task of a duplicate stage's pass."""
-    import ray
+    started = ray_session.connect(ray_address, num_cpus)
+    try:
+        scheduler = _Scheduler(recipe, inputs, output, snapshot, keep_removed, materialize_all, progress, on_step)
+        scheduler.run()
+        return scheduler.result
+    finally:
+        ray_session.disconnect(started)
 
-    stage_dirs = recipe.stage_dirs()
-    folder = RunFolder(output, stage_dirs)
-    fs = folder.fs
-    fs.makedirs(folder.root, exist_ok=True)
-    hashes = [config_hash("read", recipe.source.model_dump(), inputs, snapshot)]
-    for spec in recipe.stages:
-        hashes.append(config_hash(hashes[-1], spec.model_dump()))
-    manifest = Manifest(folder)
-    for stage_dir, stage_hash in zip(stage_dirs, hashes):
-        manifest.prepare(stage_dir, stage_hash)
-    manifest.data.update(recipe=recipe.model_dump(), inputs=inputs, snapshot=snapshot, versions=_versions())
-    manifest.save()
 
-    _init_ray(ray_address, num_cpus)
-    remote_segment = ray.remote(run_segment)
-    result = RunResult(output=output)
-    count = len(stage_dirs)
-    barriers = {i + 1 for i, spec in enumerate(recipe.stages) if issubclass(STAGES[spec.stage], DuplicateFilter)}
-    writes = frozenset(range(count)) if materialize_all else frozenset({b - 1 for b in barriers} | {count - 1})
-    segment_end = {k: min([b - 1 for b in barriers if b > k] + [count - 1]) for k in range(count)}
-    passes: dict[int, dedup.PassContext] = {}
-    pending: dict = {}
-    waiting: dict[int, list[int]] = {}  # barrier stage -> shards that reached it
+def _ray_error(error: Exception) -> Exception:
+    """The exception a task raised, out of Ray's wrapper."""
+    return getattr(error, "cause", None) or error
 
-    def written(stage: int, shard: int) -> bool:
-        return stage in writes and fs.exists(folder.part(stage, shard))
 
-    def done(stage: int, shard: int) -> bool:
-        return manifest.recorded(stage_dirs[stage], shard) and (stage not in writes or written(stage, shard))
+def _last_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [repr(error)])[-1]
 
-    def submit(first: int, shard: int) -> None:
-        task = SegmentTask(
-            recipe, first, segment_end[first], shard, inputs[shard] if first == 0 else folder.part(first - 1, shard),
-            folder, writes, keep_removed, snapshot, hashes, passes.get(first),
-        )  # fmt: skip
-        cpus = max(1.0 if k == 0 else STAGES[recipe.stages[k - 1].stage].num_cpus for k in range(first, task.last + 1))
-        pending[remote_segment.options(num_cpus=cpus, max_retries=0).remote(task)] = task
 
-    def advance(stage: int, shard: int) -> None:
+class _Scheduler:
+    """Submits each shard's next fused segment, parks shards at a duplicate stage until all have reached it, then
+    runs that stage's pass and releases them."""
+
+    def __init__(self, recipe, inputs, output, snapshot, keep_removed, materialize_all, progress, on_step):
+        import ray
+
+        self.recipe, self.inputs, self.snapshot, self.keep_removed = recipe, inputs, snapshot, keep_removed
+        self.progress, self.on_step = progress, on_step
+        self.stage_dirs = recipe.stage_dirs()
+        self.folder = RunFolder(output, self.stage_dirs)
+        self.hashes = recipe.stage_hashes(inputs, snapshot)
+        self.manifest = Manifest.start(self.folder, self.hashes, recipe=recipe.model_dump(), inputs=inputs,
+                                       snapshot=snapshot, versions=_versions())  # fmt: skip
+        count = len(self.stage_dirs)
+        self.barriers = {i + 1 for i, spec in enumerate(recipe.stages) if issubclass(STAGES[spec.stage], DuplicateFilter)}
+        ends = {b - 1 for b in self.barriers} | {count - 1}
+        self.writes = frozenset(range(count)) if materialize_all else frozenset(ends)
+        self.segment_end = {k: min(end for end in ends if end >= k) for k in range(count)}
+        self.result = RunResult(output=output)
+        self.passes: dict[int, dedup.PassContext] = {}
+        self.pending: dict = {}  # Ray reference -> SegmentTask
+        self.waiting: dict[int, list[int]] = {}  # barrier stage -> shards that reached it
+        self.remote_segment = ray.remote(run_segment)
+        self.remote_pass_task = ray.remote(dedup.run_task).options(num_cpus=1, max_retries=0)
+
+    def run(self) -> None:
+        for shard in range(len(self.inputs)):
+            self.advance(0, shard)
+        while self.pending or self.waiting:
+            self.collect_segments()
+            if self.waiting:
+                self.run_barrier(min(self.waiting))
+        self.finish()
+
+    def written(self, stage: int, shard: int) -> bool:
+        return stage in self.writes and self.folder.fs.exists(self.folder.part(stage, shard))
+
+    def done(self, stage: int, shard: int) -> bool:
+        return self.manifest.recorded(self.stage_dirs[stage], shard) and (stage not in self.writes or self.written(stage, shard))
+
+    def advance(self, stage: int, shard: int) -> None:
         """Submit the shard's next unfinished stages from their last written boundary, or park the shard at a
         duplicate stage whose pass has not run."""
+        count = len(self.stage_dirs)
         first_undone = stage
-        while first_undone < count and done(first_undone, shard):
+        while first_undone < count and self.done(first_undone, shard):
             first_undone += 1
         start = first_undone
-        while 0 < start < count and not written(start - 1, shard):  # its input was not kept: rerun from a boundary
+        while 0 < start < count and not self.written(start - 1, shard):  # its input was not kept: rerun from a boundary
             start -= 1
         for skipped in range(stage, max(stage, start)):
-            if progress:
-                progress(stage_dirs[skipped], None)
-            result.skipped_shards += 1
+            if self.progress:
+                self.progress(self.stage_dirs[skipped], None)
+            self.result.skipped_shards += 1
         if start == count:
             return
-        if start in barriers and start not in passes:
-            waiting.setdefault(start, []).append(shard)
+        if start in self.barriers and start not in self.passes:
+            self.waiting.setdefault(start, []).append(shard)
         else:
-            submit(start, shard)
+            self.submit(start, shard)
 
-    for shard in range(len(inputs)):
-        advance(0, shard)
-    while pending or waiting:
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            task = pending.pop(ready[0])
+    def submit(self, first: int, shard: int) -> None:
+        last = self.segment_end[first]
+        task = SegmentTask(
+            self.recipe, first, last, shard, self.inputs[shard] if first == 0 else self.folder.part(first - 1, shard),
+            self.folder, self.writes, self.keep_removed, self.snapshot, self.hashes, self.passes.get(first),
+        )  # fmt: skip
+        cpus = max(1.0 if k == 0 else STAGES[self.recipe.stages[k - 1].stage].num_cpus for k in range(first, last + 1))
+        self.pending[self.remote_segment.options(num_cpus=cpus, max_retries=0).remote(task)] = task
+
+    def collect_segments(self) -> None:
+        """Record every running segment as it finishes and move its shard on."""
+        import ray
+
+        while self.pending:
+            ready, _ = ray.wait(list(self.pending), num_returns=1)
+            task = self.pending.pop(ready[0])
             try:
                 stage_stats = ray.get(ready[0])
             except Exception as error:
-                cause = getattr(error, "cause", None) or error
-                stage_dir = getattr(cause, "stage_dir", stage_dirs[task.first])
-                result.failures.append(ShardFailure(stage_dir, task.shard, task.input, (str(cause).strip().splitlines() or [repr(cause)])[-1]))
+                cause = _ray_error(error)
+                stage_dir = getattr(cause, "stage_dir", self.stage_dirs[task.first])
+                self.result.failures.append(ShardFailure(stage_dir, task.shard, task.input, _last_line(cause)))
                 continue
             for stage, shard_stats in zip(range(task.first, task.last + 1), stage_stats):
-                manifest.record(stage_dirs[stage], shard_stats)
-                if progress:
-                    progress(stage_dirs[stage], shard_stats)
-            manifest.save()
-            advance(task.last + 1, task.shard)
-        if not waiting:
-            break
-        barrier = min(waiting)
-        stage_dir = stage_dirs[barrier]
-        if result.failures:
-            failed = ", ".join(f"shard {f.shard} failed at {f.stage}" for f in result.failures)
-            reason = f"not run: dedup needs every shard, and {failed}; fix that input and rerun"
-            for shard in waiting.pop(barrier):
-                result.failures.append(ShardFailure(stage_dir, shard, folder.part(barrier - 1, shard), reason))
-            continue
-        entry = manifest.data["stages"][stage_dir]
-        if "partitions" not in entry:  # fixed on the first attempt, so a resumed pass keeps its file layout
-            params = recipe.build(barrier - 1).params
-            keys_per_doc = getattr(params, "bands", 1)
-            docs = sum(s["docs_out"] for s in manifest.data["stages"][stage_dirs[barrier - 1]]["shards"].values())
-            entry["partitions"] = max(1, -(-docs * keys_per_doc // params.partition_records))
-        passes[barrier] = dedup.PassContext(
-            recipe=recipe,
-            stage_index=barrier - 1,
-            stage_hash=hashes[barrier],
-            work=folder.work(barrier),
-            parts={shard: folder.part(barrier - 1, shard) for shard in range(len(inputs))},
-            partitions=entry["partitions"],
-        )
-        try:
-            _run_pass(passes[barrier], stage_dir, manifest, on_step)
-        except PassFailed as error:
-            for shard in waiting.pop(barrier):
-                result.failures.append(ShardFailure(stage_dir, shard, folder.part(barrier - 1, shard), str(error)))
-            continue
-        for shard in waiting.pop(barrier):
-            submit(barrier, shard)
+                self.manifest.record(self.stage_dirs[stage], shard_stats)
+                if self.progress:
+                    self.progress(self.stage_dirs[stage], shard_stats)
+            self.manifest.save()
+            self.advance(task.last + 1, task.shard)
 
-    for barrier in barriers:  # a finished pass's files are no longer needed; its stats stay in the manifest
-        entry = manifest.data["stages"][stage_dirs[barrier]]
-        work = folder.path(f"work/{stage_dirs[barrier]}")
-        if "passes" in entry and all(done(barrier, shard) for shard in range(len(inputs))):
-            if fs.exists(work):
-                fs.rm(work, recursive=True)
-            entry["pass_stats"] = run_stats.summarize_pass(entry.pop("passes"))
-            manifest.save()
-    for index, spec in enumerate(recipe.stages):  # a stage's report parts as one file, e.g. OUT/decontamination.parquet
-        stage_class = STAGES[spec.stage]
-        reports = folder.path(f"reports/{stage_dirs[index + 1]}")
-        if stage_class.report_name and fs.exists(reports):
-            parts = [read_parquet(fs, path) for path in sorted(fs.glob(f"{reports}/part-*.parquet"))]
-            merged = pa.concat_tables(parts) if parts else stage_class.report_schema.empty_table()
-            write_parquet_atomic(fs, folder.path(f"{stage_class.report_name}.parquet"), merged)
-    run_stats.write(fs, folder.root, manifest.data, stage_dirs)
-    return result
+    def run_barrier(self, barrier: int) -> None:
+        """The duplicate stage's corpus-wide pass over every shard, then its filter on each; a shard that failed
+        earlier fails the pass too, since it needs them all."""
+        stage_dir, shards = self.stage_dirs[barrier], self.waiting.pop(barrier)
+        previous = self.stage_dirs[barrier - 1]
+        if self.result.failures:
+            failed = ", ".join(f"shard {f.shard} failed at {f.stage}" for f in self.result.failures)
+            reason = f"not run: dedup needs every shard, and {failed}; fix that input and rerun"
+            self._fail(stage_dir, barrier, shards, reason)
+            return
+        entry = self.manifest.data["stages"][stage_dir]
+        ctx = dedup.PassContext.sized(
+            self.recipe, barrier - 1, self.hashes[barrier], self.folder.work(barrier),
+            {shard: self.folder.part(barrier - 1, shard) for shard in range(len(self.inputs))},
+            docs=self.manifest.docs_out(previous), partitions=entry.get("partitions"),
+        )  # fmt: skip
+        entry["partitions"] = ctx.partitions  # fixed on the first attempt, so a resumed pass keeps its file layout
+        try:
+            dedup.run_pass(ctx, self._fan_out(ctx, stage_dir))
+        except dedup.PassFailed as error:
+            self._fail(stage_dir, barrier, shards, f"{stage_dir}: {error}")
+            return
+        self.passes[barrier] = ctx
+        for shard in shards:
+            self.submit(barrier, shard)
+
+    def _fail(self, stage_dir: str, barrier: int, shards: list[int], reason: str) -> None:
+        for shard in shards:
+            self.result.failures.append(ShardFailure(stage_dir, shard, self.folder.part(barrier - 1, shard), reason))
+
+    def _fan_out(self, ctx: dedup.PassContext, stage_dir: str) -> dedup.FanOut:
+        """The pass's callback: one step's tasks on Ray, skipping those the manifest has as done."""
+        import ray
+
+        passes = self.manifest.data["stages"][stage_dir].setdefault("passes", {})
+
+        def fan_out(name: str, step: str, ids, *args) -> dict:
+            done = passes.setdefault(name, {})
+            pending = {self.remote_pass_task.remote(ctx, step, *args, i): i for i in ids if str(i) not in done}
+            total = len(done) + len(pending)
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                task = pending.pop(ready[0])
+                try:
+                    done[str(task)] = ray.get(ready[0])
+                except Exception as error:
+                    raise dedup.PassFailed(f"step {name}, task {task} failed: {_last_line(_ray_error(error))}") from None
+                self.manifest.save()
+                if self.on_step:
+                    self.on_step(stage_dir, name, len(done), total)
+            return done
+
+        return fan_out
+
+    def finish(self) -> None:
+        """Delete finished passes' work files (their stats stay), merge stage reports, write stats.json."""
+        fs, folder = self.folder.fs, self.folder
+        for barrier in self.barriers:
+            entry = self.manifest.data["stages"][self.stage_dirs[barrier]]
+            work = folder.path(f"work/{self.stage_dirs[barrier]}")
+            if "passes" in entry and all(self.done(barrier, shard) for shard in range(len(self.inputs))):
+                if fs.exists(work):
+                    fs.rm(work, recursive=True)
+                entry["pass_stats"] = run_stats.summarize_pass(entry.pop("passes"))
+                self.manifest.save()
+        for index, spec in enumerate(self.recipe.stages):  # a stage's report parts as one file, e.g. OUT/decontamination.parquet
+            stage_class = STAGES[spec.stage]
+            reports = folder.path(f"reports/{self.stage_dirs[index + 1]}")
+            if stage_class.report_name and fs.exists(reports):
+                parts = [read_parquet(fs, path) for path in sorted(fs.glob(f"{reports}/part-*.parquet"))]
+                merged = pa.concat_tables(parts) if parts else stage_class.report_schema.empty_table()
+                write_parquet_atomic(fs, folder.path(f"{stage_class.report_name}.parquet"), merged)
+        run_stats.write(fs, folder.root, self.manifest.data, self.stage_dirs)
+
+
+def _versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for package in ("ray", "pyarrow", "trafilatura", "resiliparse", "fasttext-numpy2-wheel", "datatrove"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    return found

@@ -27,7 +27,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from curation.io import read_json, read_parquet, write_json_atomic, write_parquet_atomic
 from filters.normalization import normalized_bytes
 from filters.packaged import asset, cached, file_digest
 
@@ -338,22 +337,29 @@ class NgramIndex:
         return Matches(*(np.concatenate([getattr(m, name) for m in found]) for name in ("doc", "item", "start", "length")))
 
     def save(self, folder: str) -> None:
+        """index.json goes last and marks the folder complete: it is removed first, so a save killed halfway leaves
+        no index that `load` would take for whole."""
         fs, root = fsspec.core.url_to_fs(folder)
         fs.makedirs(root, exist_ok=True)
-        write_parquet_atomic(fs, f"{root}/items.parquet", self.items)
+        if fs.exists(f"{root}/index.json"):
+            fs.rm(f"{root}/index.json")
+        pq.write_table(self.items, f"{root}/items.parquet", filesystem=fs)
         for length, (keys, items) in self.keys.items():
-            write_parquet_atomic(fs, f"{root}/ngrams-{length}.parquet", pa.table({"hash": pa.array(keys, pa.uint64()), "item": items}))
-        write_json_atomic(fs, f"{root}/index.json", {"n": self.n, "lengths": sorted(self.keys), "benchmarks": self.stats})
+            ngrams = pa.table({"hash": pa.array(keys, pa.uint64()), "item": items})
+            pq.write_table(ngrams, f"{root}/ngrams-{length}.parquet", filesystem=fs)
+        with fs.open(f"{root}/index.json", "w") as handle:
+            json.dump({"n": self.n, "lengths": sorted(self.keys), "benchmarks": self.stats}, handle)
 
     @classmethod
     def load(cls, folder: str) -> "NgramIndex":
         fs, root = fsspec.core.url_to_fs(folder)
         if not fs.exists(f"{root}/index.json"):
             raise FileNotFoundError(f"{folder} is not a decontamination index (no index.json): build one with `curate decontam index`")
-        meta = read_json(fs, f"{root}/index.json")
+        with fs.open(f"{root}/index.json") as handle:
+            meta = json.load(handle)
         keys = {}
         for length in meta["lengths"]:
-            table = read_parquet(fs, f"{root}/ngrams-{length}.parquet")
+            table = pq.read_table(f"{root}/ngrams-{length}.parquet", filesystem=fs)
             keys[length] = (table["hash"].to_numpy(), table["item"].to_numpy())
-        return cls(meta["n"], read_parquet(fs, f"{root}/items.parquet"), keys, meta["benchmarks"])
+        return cls(meta["n"], pq.read_table(f"{root}/items.parquet", filesystem=fs), keys, meta["benchmarks"])
 

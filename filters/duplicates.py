@@ -62,6 +62,11 @@ class DuplicateFilter(Stage):
         raise NotImplementedError
 
     @property
+    def keys_per_document(self) -> int:
+        """Candidate keys one document makes: the pass sizes its partitions by it."""
+        return 1
+
+    @property
     def verify_threshold(self) -> float | None:
         """Jaccard a candidate pair must reach, or None to accept every candidate pair."""
         return None

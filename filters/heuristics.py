@@ -12,6 +12,7 @@ A drop is counted as `<filter>/<reason>` with datatrove's reason names (e.g. `go
 import re
 import string
 import sys
+from contextlib import contextmanager
 from bisect import bisect_left
 from functools import cached_property
 
@@ -280,13 +281,30 @@ class Words:
         return int(_repeated_chars(self._joined, self.ends, n)) if len(self) >= n else 0
 
 
+@contextmanager
+def _torch_hidden():
+    """Imports inside see no torch. spaCy's thinc imports torch when it is installed (it is, for training), and
+    spacy.blank() loads the factories other packages register (Presidio's probes for a GPU with torch): ~200 MiB
+    and a second of start-up in every curation worker, for a tokenizer that never uses it. torch stays importable
+    afterwards."""
+    if "torch" in sys.modules:
+        yield
+        return
+    sys.modules["torch"] = None  # makes `import torch` raise ImportError
+    try:
+        yield
+    finally:
+        del sys.modules["torch"]
+
+
 class HeuristicFilters(Stage):
     name = "heuristics"
     Params = HeuristicsParams
     adds = {"text": pa.string()}
 
     def setup(self) -> None:
-        from spacy.pipeline import Sentencizer
+        with _torch_hidden():
+            from spacy.pipeline import Sentencizer
 
         self.sentence_punct = frozenset(Sentencizer.default_punct_chars)
         self.stop_chars = tuple(TERMINAL_PUNCTUATION)
@@ -297,7 +315,8 @@ class HeuristicFilters(Stage):
         import spacy
         from spacy.attrs import IDX, IS_PUNCT, IS_SPACE, LENGTH, ORTH
 
-        self.nlp = spacy.blank("en")
+        with _torch_hidden():
+            self.nlp = spacy.blank("en")
         self.nlp.tokenizer.max_cache_size = VOCAB_LIMIT
         self.cached_chunks: set[str] = set()
         flag = self.nlp.vocab.add_flag

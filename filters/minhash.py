@@ -92,6 +92,10 @@ class MinhashDedup(DuplicateFilter):
         self.hasher = MinHasher(params.num_perm, params.seed, params.scheme, params.ngram)
 
     @property
+    def keys_per_document(self) -> int:
+        return self.params.bands
+
+    @property
     def verify_threshold(self) -> float | None:
         return self.params.threshold if self.params.verify else None
 

@@ -34,3 +34,18 @@ def test_base_class_splits_counts_and_keeps_every_column():
 def test_missing_column_is_named():
     with pytest.raises(ValueError, match=r"needs columns \['text'\]"):
         EvenLength().process(pa.table({"id": ["a"]}))
+
+
+def test_filters_import_nothing_from_curation_training_or_ray():
+    """A stage is tested with a plain table: the filters package stays below curation/ and training/."""
+    import ast
+    from pathlib import Path
+
+    import filters
+
+    upward = []
+    for path in Path(filters.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            upward += [f"{path.name}: {name}" for name in names if name.split(".")[0] in ("curation", "training", "ray")]
+    assert not upward

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from curation.schema import DOCUMENT_FIELDS
 from curation.sources.local_files import decode, load_file
-from curation.sources.warc import ReadResult
+from curation.sources import ReadResult
 
 LANGUAGES = {
     ".py": "python", ".pyi": "python", ".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".hpp": "cpp",

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curation.schema import DOCUMENT_FIELDS
-from curation.sources.warc import ReadResult
+from curation.sources import ReadResult
 
 
 class ParquetReader:

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from curation.schema import DOCUMENT_FIELDS
 from curation.sources.local_files import decode, load_file
-from curation.sources.warc import ReadResult
+from curation.sources import ReadResult
 
 SUFFIXES = (".txt", ".md", ".jsonl", ".jsonl.gz", ".parquet")
 TEXT_SCHEMA = pa.schema(DOCUMENT_FIELDS)

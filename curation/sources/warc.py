@@ -11,12 +11,13 @@ import hashlib
 import zlib
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import fsspec
 import pyarrow as pa
 
 from curation.schema import READ_SCHEMA, document_id
+from curation.sources import ReadResult
 
 GZIP_MAGIC = b"\x1f\x8b\x08"
 INFLATE_PIECE = 1 << 16  # feed the inflater in pieces: copying the whole read buffer per member is quadratic
@@ -27,14 +28,6 @@ HTML_TYPES = ("text/html", "application/xhtml+xml")
 class WarcRecord:
     headers: dict[str, str]  # lower-cased names
     block: bytes
-
-
-@dataclass
-class ReadResult:
-    table: pa.Table
-    dropped: Counter = field(default_factory=Counter)
-    sha256: str = ""
-    bytes_in: int | None = None  # when the input is not one file (a code repository)
 
 
 def _gzip_header_length(buf: bytearray) -> int | None:
