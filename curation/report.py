@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 from curation import stats
 from curation.io import read_json, read_parquet
+from filters import STAGES
 
 
 def _parts(run: str, folder: str, columns: list[str]) -> pd.DataFrame:
@@ -34,15 +35,18 @@ def _stage_dirs(run: str) -> list[str]:
     return list(stats.funnel(stats.load(run)).index)
 
 
-def _stage_with(run: str, column: str) -> str | None:
-    """The first stage whose output has `column` (by its first part's schema)."""
+def _stage_with(run: str, column: str) -> tuple[str, str] | None:
+    """The stage that adds `column`, and the first stage from it on whose kept documents were written: the same one
+    in a run with --materialize-all, else the last stage of its fused segment."""
     fs, root = fsspec.core.url_to_fs(run)
-    for stage in _stage_dirs(run):
-        first = sorted(fs.glob(f"{root.rstrip('/')}/{stage}/part-*.parquet"))[:1]
-        if first:
-            with fs.open(first[0], "rb") as handle:
-                if column in pq.read_schema(handle).names:
-                    return stage
+    stages = read_json(fs, f"{root.rstrip('/')}/manifest.json")["recipe"]["stages"]
+    stage_dirs = _stage_dirs(run)
+    adding = next((i + 1 for i, spec in enumerate(stages) if column in STAGES[spec["stage"]].adds), None)
+    if adding is None:
+        return None
+    for written in stage_dirs[adding:]:
+        if fs.glob(f"{root.rstrip('/')}/{written}/part-*.parquet"):
+            return stage_dirs[adding], written
     return None
 
 
@@ -94,11 +98,15 @@ def removal_figure(run: str):
 
 
 def _kept_and_removed(run: str, column: str) -> tuple[str, pd.Series, pd.Series] | None:
-    """The first stage that adds `column`, and the column over its kept and its removed (--keep-removed) documents."""
-    stage = _stage_with(run, column)
-    if stage is None:
+    """The stage that adds `column` (named for a figure's title), and the column over the documents it removed
+    (--keep-removed) and those it kept, as written: after later stages of its fused segment too, which the title
+    says."""
+    found = _stage_with(run, column)
+    if found is None:
         return None
-    return stage, _parts(run, stage, [column])[column], _parts(run, f"removed/{stage}", [column])[column]
+    stage, written = found
+    title = stage if written == stage else f"{stage}; kept as written after {written}"
+    return title, _parts(run, written, [column])[column], _parts(run, f"removed/{stage}", [column])[column]
 
 
 def language_figure(run: str):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from curation import stats
+from curation import report, stats
 from curation.recipe import load_recipe
 from curation.sources import sample
 from tests.conftest import SHARED_DATA, shared
@@ -140,6 +140,9 @@ def test_fused_and_materialized_runs_write_the_same_documents_and_stats(snapshot
                 for stage in json.loads((run / "stats.json").read_text())["stages"]]  # fmt: skip
 
     assert without_seconds(fused) == without_seconds(materialized)
+    # the documents language ID removed are the same; a fused run wrote its kept ones after the quality stage
+    assert report.language_figure(str(materialized)).axes[0].get_title() == "language (03_langid)"
+    assert report.language_figure(str(fused)).axes[0].get_title() == "language (03_langid; kept as written after 05_quality)"
 
 
 def test_a_failing_file_is_named_and_the_rest_finishes_up_to_dedup(snapshot_files, tmp_path):
