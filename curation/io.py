@@ -16,6 +16,32 @@ def write_parquet_atomic(fs, path: str, table: pa.Table) -> None:
     fs.mv(tmp, path)
 
 
+class ParquetPartWriter:
+    """A Parquet file written a table at a time under a temporary name, renamed to `path` by close(): a part
+    appears whole or not at all. Empty tables after the first are skipped, so a part that gets no rows still has
+    its schema."""
+
+    def __init__(self, fs, path: str):
+        self.fs, self.path = fs, path
+        self.tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
+        self.handle = self.writer = None
+
+    def write(self, table: pa.Table) -> None:
+        if self.writer is not None and not table.num_rows:
+            return
+        if self.writer is None:
+            self.fs.makedirs(self.path.rsplit("/", 1)[0], exist_ok=True)
+            self.handle = self.fs.open(self.tmp, "wb")
+            self.writer = pq.ParquetWriter(self.handle, table.schema, compression="zstd")
+        self.writer.write_table(table)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.handle.close()
+            self.fs.mv(self.tmp, self.path)
+
+
 def write_text_atomic(fs, path: str, text: str) -> None:
     tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
     with fs.open(tmp, "w") as handle:

@@ -1,21 +1,27 @@
 """One fused task: the consecutive per-shard stages between two barriers, on one shard, in memory.
 
-Plain Python that Ray schedules (curation/runner.py). The table passes from stage to stage without touching storage;
-only the stages in `writes` leave a part (the last one before a dedup stage and the final one, or every stage with
---materialize-all). Each stage still returns its own stats, drop reasons and removed documents.
+Plain Python that Ray schedules (curation/runner.py). The documents pass from stage to stage without touching
+storage; only the stages in `writes` leave a part (the last one before a dedup stage and the final one, or every stage
+with --materialize-all). A segment that reads an input file takes it in batches (`source.batch_documents`) through
+its leading per-document stages, so a worker holds one batch of a Common Crawl file's pages, not the file; a stage
+that needs the whole shard (`per_document = False`) gets the batches' output joined. Each stage still returns its own
+stats, drop reasons and removed documents, summed over batches, and every file is renamed into place only when the
+shard is done.
 """
 
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from curation import dedup
-from curation.io import read_parquet, write_parquet_atomic
+from curation.io import ParquetPartWriter, read_parquet, write_parquet_atomic
 from curation.recipe import Recipe
 from curation.run_folder import RunFolder
 from curation.schema import text_bytes
-from curation.sources.readers import read_input
+from curation.sources import ReadResult
+from curation.sources.readers import read_batches
 from curation.worker_stages import worker_stage
 
 
@@ -48,54 +54,135 @@ class StageFailed(RuntimeError):
         return self.args[1]
 
 
+@dataclass
+class _StageRun:
+    """One stage's outputs and stats over all the batches of a shard."""
+
+    index: int
+    stats: dict
+    part: ParquetPartWriter | None = None
+    removed: ParquetPartWriter | None = None
+    report: list = field(default_factory=list)
+    seconds: float = 0.0
+
+
 def run_segment(task: SegmentTask) -> list[dict]:
     """The segment's stages on one shard; returns each stage's stats. Raises StageFailed naming the stage and file."""
-    table, results = None, []
-    for index in range(task.first, task.last + 1):
+    runs = {index: _open_run(task, index) for index in range(task.first, task.last + 1)}
+    read = ReadResult(table=pa.table({}))
+    batches = _read_batches(task, runs[0], read) if task.first == 0 else _whole_part(task, runs[task.first])
+    first_stage = max(task.first, 1)
+    streamed = first_stage
+    while streamed <= task.last and worker_stage(task.recipe, streamed - 1, task.hashes[streamed]).per_document:
+        streamed += 1  # stages first_stage..streamed-1 take batches
+    outputs = []
+    for batch in batches:
+        output = _run_stages(task, runs, range(first_stage, streamed), batch)
+        if streamed <= task.last:  # kept for a stage that needs the whole shard
+            outputs.append(output)
+    if outputs:
+        _run_stages(task, runs, range(streamed, task.last + 1), pa.concat_tables(outputs))
+    if task.first == 0:
+        runs[0].stats.update(dropped=dict(read.dropped), bytes_in=read.bytes_in, input_sha256=read.sha256)
+        runs[0].stats["docs_in"] = runs[0].stats["docs_out"] + sum(read.dropped.values())
+    return [_close(task, run) for run in runs.values()]
+
+
+def _open_run(task: SegmentTask, index: int) -> _StageRun:
+    stats = {"shard": task.shard, "docs_in": 0, "docs_out": 0, "bytes_in": 0, "bytes_out": 0, "dropped": {}}
+    if index == 0:
+        stats["input"] = task.input
+    run = _StageRun(index, stats)
+    if index in task.writes:
+        run.part = ParquetPartWriter(task.folder.fs, task.folder.part(index, task.shard))
+    if task.keep_removed and index > 0:
+        run.removed = ParquetPartWriter(task.folder.fs, task.folder.removed(index, task.shard))
+    return run
+
+
+def _failed(task: SegmentTask, index: int, error: Exception) -> StageFailed:
+    stage_dir = task.folder.stage_dirs[index]
+    return StageFailed(stage_dir, f"shard {task.shard} of {stage_dir} failed on {task.input}: {error!r}")
+
+
+def _read_batches(task: SegmentTask, run: _StageRun, result: ReadResult) -> Iterator[pa.Table]:
+    """Stage 0: the input file's documents, a batch at a time."""
+    batches = read_batches(task.recipe.source, task.snapshot, task.input, result)
+    while True:
         started = time.perf_counter()
         try:
-            if index == 0:
-                kept, stats = _read(task)
-            else:
-                if table is None:
-                    table = read_parquet(task.folder.fs, task.input)
-                    if task.clusters is not None:
-                        table = dedup.attach_clusters(task.clusters, task.shard, table)
-                kept, stats = _run_stage(task, index, table)
-            if index in task.writes:
-                _write(task.folder, task.folder.part(index, task.shard), kept)
+            batch = next(batches, None)
         except Exception as error:
-            stage_dir = task.folder.stage_dirs[index]
-            raise StageFailed(stage_dir, f"shard {task.shard} of {stage_dir} failed on {task.input}: {error!r}") from error
-        table = kept
-        stats.update(docs_out=kept.num_rows, bytes_out=text_bytes(kept), seconds=round(time.perf_counter() - started, 4))
-        results.append(stats)
-    return results
+            raise _failed(task, 0, error) from error
+        if batch is None:
+            return
+        _keep(task, run, batch, started)
+        yield batch
 
 
-def _read(task: SegmentTask) -> tuple[pa.Table, dict]:
-    """Stage 0: the input file as documents."""
-    result = read_input(task.recipe.source, task.snapshot, task.input)
-    stats = {
-        "shard": task.shard, "docs_in": result.table.num_rows + sum(result.dropped.values()), "bytes_in": result.bytes_in,
-        "dropped": dict(result.dropped), "input": task.input, "input_sha256": result.sha256,
-    }  # fmt: skip
-    return result.table, stats
+def _whole_part(task: SegmentTask, run: _StageRun) -> Iterable[pa.Table]:
+    """The previous stage's part, with the clusters a dedup stage's pass found."""
+    started = time.perf_counter()
+    try:
+        table = read_parquet(task.folder.fs, task.input)
+        if task.clusters is not None:
+            table = dedup.attach_clusters(task.clusters, task.shard, table)
+    except Exception as error:
+        raise _failed(task, task.first, error) from error
+    run.seconds += time.perf_counter() - started
+    return [table]
 
 
-def _run_stage(task: SegmentTask, index: int, table: pa.Table) -> tuple[pa.Table, dict]:
-    stage = worker_stage(task.recipe, index - 1, task.hashes[index])
-    outcome = stage.process(table)
-    extra = dict(outcome.stats)
-    if stage.report_name:  # its rows go to OUT/<report_name>.parquet: too many for stats.json
-        report = pa.Table.from_pylist(extra.pop("report"), schema=stage.report_schema)
-        _write(task.folder, task.folder.report(index, task.shard), report)
-    if task.keep_removed and outcome.removed.num_rows:
-        _write(task.folder, task.folder.removed(index, task.shard), outcome.removed)
-    stats = {"shard": task.shard, "docs_in": table.num_rows, "bytes_in": text_bytes(table), "dropped": outcome.dropped}
-    return outcome.kept, {**stats, **extra}
+def _run_stages(task: SegmentTask, runs: dict[int, _StageRun], indexes: range, table: pa.Table) -> pa.Table:
+    for index in indexes:
+        started, run = time.perf_counter(), runs[index]
+        try:
+            outcome = worker_stage(task.recipe, index - 1, task.hashes[index]).process(table)
+            extra = dict(outcome.stats)
+            run.report += extra.pop("report", [])  # its rows go to OUT/<report_name>.parquet: too many for stats.json
+            run.stats["docs_in"] += table.num_rows
+            run.stats["bytes_in"] += text_bytes(table)
+            _merge(run.stats, {"dropped": outcome.dropped, **extra})
+            if run.removed and outcome.removed.num_rows:
+                run.removed.write(outcome.removed)
+            _keep(task, run, outcome.kept, started)
+        except Exception as error:
+            raise _failed(task, index, error) from error
+        table = outcome.kept
+    return table
 
 
-def _write(folder: RunFolder, path: str, table: pa.Table) -> None:
-    folder.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    write_parquet_atomic(folder.fs, path, table)
+def _keep(task: SegmentTask, run: _StageRun, kept: pa.Table, started: float) -> None:
+    run.stats["docs_out"] += kept.num_rows
+    run.stats["bytes_out"] += text_bytes(kept)
+    if run.part:
+        run.part.write(kept)
+    run.seconds += time.perf_counter() - started
+
+
+def _merge(into: dict, new: dict) -> None:
+    """Adds a batch's stats: numbers add up, dicts merge key by key, sample lists keep as many as one batch gives."""
+    for key, value in new.items():
+        if isinstance(value, dict):
+            _merge(into.setdefault(key, {}), value)
+        elif isinstance(value, list):
+            into[key] = (into.get(key, []) + value)[: max(len(into.get(key, [])), len(value))]
+        else:
+            into[key] = into.get(key, 0) + value
+
+
+def _close(task: SegmentTask, run: _StageRun) -> dict:
+    """Renames the stage's files into place (and writes its report rows); its stats with the seconds it took."""
+    started = time.perf_counter()
+    try:
+        for writer in (run.part, run.removed):
+            if writer:
+                writer.close()
+        stage = worker_stage(task.recipe, run.index - 1, task.hashes[run.index]) if run.index else None
+        if stage is not None and stage.report_name:
+            path = task.folder.report(run.index, task.shard)
+            task.folder.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            write_parquet_atomic(task.folder.fs, path, pa.Table.from_pylist(run.report, schema=stage.report_schema))
+    except Exception as error:
+        raise _failed(task, run.index, error) from error
+    return {**run.stats, "seconds": round(run.seconds + time.perf_counter() - started, 4)}

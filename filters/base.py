@@ -42,6 +42,8 @@ class Stage:
     adds: ClassVar[dict[str, pa.DataType]] = {}
     removes: ClassVar[tuple[str, ...]] = ()
     num_cpus: ClassVar[float] = 1.0
+    # each row's outcome depends on that row alone, so the runner may feed the stage a file in batches
+    per_document: ClassVar[bool] = True
     report_name: ClassVar[str | None] = None  # a stage whose stats carry "report" rows: the runner writes OUT/<name>.parquet
     report_schema: ClassVar[pa.Schema | None] = None
 

@@ -36,6 +36,7 @@ class CodeFilters(Stage):
     Params = CodeFilterParams
     requires = ("id", "text", "url")
     adds = {"repo_has_tests": pa.bool_()}
+    per_document = False  # whether a repository has tests is read off all of its files
 
     def reason(self, text: str, language: str | None) -> str | None:
         params = self.params

@@ -57,6 +57,7 @@ class DuplicateFilter(Stage):
     requires = ("id", "text", "dup_cluster", "dup_cluster_size", "dup_keep")
     adds = {"dup_cluster": pa.int64(), "dup_cluster_size": pa.int32()}
     removes = ("dup_keep",)
+    per_document = False  # its clusters are attached to a whole shard's rows
 
     def candidate_keys(self, table: pa.Table) -> CandidateKeys:
         raise NotImplementedError

@@ -1,6 +1,9 @@
 """The reader table: a recipe's `source.kind` to the class that reads one input file of it."""
 
+from collections.abc import Iterator
+
 import fsspec
+import pyarrow as pa
 
 from curation.recipe import SourceSpec
 from curation.sources import ReadResult
@@ -12,14 +15,33 @@ from curation.sources.warc import WarcReader
 READERS = {"parquet": ParquetReader, "code": CodeReader, "warc": WarcReader, "text": TextReader}
 
 
-def read_input(source: SourceSpec, snapshot: str, path: str) -> ReadResult:
-    """One input file as documents, with `bytes_in` always set."""
+def _reader(source: SourceSpec, snapshot: str):
     options = {}
     if source.kind == "warc":
         options = {"max_payload_bytes": source.max_payload_bytes}
     elif source.kind == "text" and "max_payload_bytes" in source.model_fields_set:  # else the reader's 50 MB
         options = {"max_file_bytes": source.max_payload_bytes}
-    result = READERS[source.kind](snapshot, source.source, **options).read(path)
+    return READERS[source.kind](snapshot, source.source, **options)
+
+
+def read_input(source: SourceSpec, snapshot: str, path: str) -> ReadResult:
+    """One input file as documents, with `bytes_in` always set."""
+    result = _reader(source, snapshot).read(path)
     if result.bytes_in is None:
         result.bytes_in = fsspec.core.url_to_fs(path)[0].size(path)
     return result
+
+
+def read_batches(source: SourceSpec, snapshot: str, path: str, result: ReadResult) -> Iterator[pa.Table]:
+    """One input file as tables of at most `source.batch_documents` documents where its reader streams (WARC/WET),
+    else as one table; `result` gets the drop counts, sha256 and `bytes_in` once the file is read."""
+    reader = _reader(source, snapshot)
+    if hasattr(reader, "read_batches"):
+        yield from reader.read_batches(path, source.batch_documents, result)
+    else:
+        whole = reader.read(path)
+        result.dropped.update(whole.dropped)
+        result.sha256, result.bytes_in = whole.sha256, whole.bytes_in
+        yield whole.table
+    if result.bytes_in is None:
+        result.bytes_in = fsspec.core.url_to_fs(path)[0].size(path)

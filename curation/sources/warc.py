@@ -9,7 +9,6 @@ Common Crawl writes one gzip member per record, which is what makes resyncing lo
 import base64
 import hashlib
 import zlib
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -267,8 +266,15 @@ class WarcReader:
 
     def read(self, path: str) -> ReadResult:
         """Read one file; every record ends up as a row or as a counted drop reason."""
-        dropped: Counter = Counter()
-        rows = []
+        result = ReadResult(table=READ_SCHEMA.empty_table())
+        result.table = pa.concat_tables(self.read_batches(path, None, result))
+        return result
+
+    def read_batches(self, path: str, batch_documents: int | None, result: ReadResult) -> Iterator[pa.Table]:
+        """The file as tables of `batch_documents` rows (the last one shorter; one table when None), so a worker
+        holds one batch of a Common Crawl file's pages, not all of them. `result` counts the drops as they come
+        and gets the file's sha256 at the end."""
+        rows, batches = [], 0
         warc_file = path.rsplit("/", 1)[-1]
         with fsspec.open(path, "rb") as raw:
             stream = _HashingReader(raw)
@@ -278,15 +284,19 @@ class WarcReader:
                 members = iter([(stream.read_all(), None)])
             for member, problem in members:
                 if problem:
-                    dropped[problem] += 1
+                    result.dropped[problem] += 1
                 for record, bad in iter_records(member):
                     row, reason = (None, bad) if bad else self._document(record, warc_file)
                     if reason:
-                        dropped[reason] += 1
+                        result.dropped[reason] += 1
                     else:
                         rows.append(row)
-        table = pa.Table.from_pylist(rows, schema=READ_SCHEMA)
-        return ReadResult(table=table, dropped=dropped, sha256=stream.sha256.hexdigest())
+                    if batch_documents and len(rows) == batch_documents:
+                        yield pa.Table.from_pylist(rows, schema=READ_SCHEMA)
+                        rows, batches = [], batches + 1
+            result.sha256 = stream.sha256.hexdigest()
+        if rows or not batches:
+            yield pa.Table.from_pylist(rows, schema=READ_SCHEMA)
 
 
 class _HashingReader:
