@@ -78,8 +78,9 @@ class HtmlExtractor(Stage):
             from trafilatura.deduplication import LRU_TEST
 
             # trafilatura's deduplicate=True remembers paragraphs across calls in a process-wide cache: clearing it
-            # per table makes a shard's output independent of what its worker ran before (resume gives equal parts)
+            # per shard makes a shard's output independent of what its worker ran before (resume gives equal parts)
             self._forget_seen = LRU_TEST.clear
+            self._forget_seen()
             self._extract = lambda html: trafilatura.extract(
                 html, favor_precision=True, include_comments=False, deduplicate=True
             )
@@ -108,8 +109,10 @@ class HtmlExtractor(Stage):
             return "empty_text", None
         return None, extracted
 
-    def annotate(self, table: pa.Table) -> Annotation:
+    def start_shard(self) -> None:
         self._forget_seen()
+
+    def annotate(self, table: pa.Table) -> Annotation:
         reasons, texts = [], []
         for payload, charset, text in zip(
             table["html"].to_pylist(), table["charset"].to_pylist(), table["text"].to_pylist()
