@@ -62,7 +62,6 @@ def main() -> None:
             row["docs"] = sum(t.num_rows for t in tables)
             row["mb"] = sum(megabytes(t) for t in tables)
             started = time.perf_counter()
-            stage.start_shard()
             if isinstance(stage, DuplicateFilter):
                 for table in tables:
                     stage.candidate_keys(table)

@@ -14,6 +14,14 @@ DEFAULT_SAMPLE = Path("runs/sample-snapshot")
 SAMPLE_PAGES, SAMPLE_FILES = 1000, 4
 
 
+def positive_int(value: str) -> int:
+    """argparse type: an integer >= 1, so `--max-files 0` is a usage error, not a run of nothing."""
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return number
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="curate",
@@ -34,16 +42,17 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--snapshot", metavar="CC-MAIN-YYYY-WW",
                      help="Common Crawl crawl: without --input, read its WARC files from warc.paths.gz")  # fmt: skip
     run.add_argument("--paths-file", help="a local copy of the crawl's warc.paths(.gz) to use instead of fetching it")
-    run.add_argument("--max-files", type=int, help="use only the first N input files")
+    run.add_argument("--max-files", type=positive_int, help="use only the first N input files")
     run.add_argument("--output", help="run folder (default: runs/<recipe>)")
-    run.add_argument("--ray-address", help="join an existing Ray cluster: auto or ray://host:10001")
-    run.add_argument("--num-cpus", type=int, help="CPUs of the local Ray cluster (default: all)")
+    run.add_argument("--ray-address", help="join an existing Ray cluster: auto (the one `ray start` runs on this "
+                     "machine), its head's HOST:6379, or ray://HOST:10001 (Ray Client: pip install 'pretrain-stack[cluster]')")
+    run.add_argument("--num-cpus", type=positive_int, help="CPUs of the local Ray cluster (default: all)")
     run.add_argument("--keep-removed", action="store_true", help="also write dropped documents to OUT/removed/<stage>/")
     run.add_argument("--materialize-all", action="store_true",
                      help="write every stage's parts (for debugging); by default the stages between two dedup stages "
                      "run fused in memory and only the last one before each dedup stage and the final one are written")  # fmt: skip
-    run.add_argument("--sample-pages", type=int, default=SAMPLE_PAGES, help="pages of the built-in sample snapshot")
-    run.add_argument("--sample-files", type=int, default=SAMPLE_FILES, help="WARC files of the built-in sample snapshot")
+    run.add_argument("--sample-pages", type=positive_int, default=SAMPLE_PAGES, help="pages of the built-in sample snapshot")
+    run.add_argument("--sample-files", type=positive_int, default=SAMPLE_FILES, help="WARC files of the built-in sample snapshot")
 
     stats = commands.add_parser("stats", help="print the funnel of a run folder")
     stats.add_argument("output", help="a folder written by `curate run`")
@@ -179,6 +188,9 @@ def resolve_inputs(args, console: Console, kind: str = "warc") -> tuple[list[str
             matched = fsspec.open_files(pattern, "rb", expand=True)
             if not matched:
                 raise SystemExit(f"curate: --input {pattern!r} matches no file")
+            missing = [m.path if isinstance(m.fs, LocalFileSystem) else m.full_name for m in matched if not m.fs.isfile(m.path)]
+            if missing:  # a plain path (no glob) comes back whether or not it exists
+                raise SystemExit(f"curate: --input {missing[0]!r} is not a file")
             files += [m.path if isinstance(m.fs, LocalFileSystem) else m.full_name for m in matched]
         files = sorted(dict.fromkeys(files))[: args.max_files]
         return files, args.snapshot or snapshot_of(files[0]) or "unknown"
@@ -231,6 +243,8 @@ def cmd_run(args) -> int:
     if not inputs:
         raise SystemExit("curate: no input files")
     output = args.output or f"runs/{recipe.name}"
+    if os.path.isfile(output):
+        raise SystemExit(f"curate: --output {output!r} is a file; give a folder for the run")
     console.print(f"recipe [bold]{recipe.name}[/] on {len(inputs)} file(s) of snapshot {snapshot} -> {output}")
     columns = [TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[unit]:<6}  {task.fields[docs]:>8,} docs  {task.fields[rate]:>7.0f} docs/s"), TimeElapsedColumn()]  # fmt: skip

@@ -72,8 +72,6 @@ def run_segment(task: SegmentTask) -> list[dict]:
     read = ReadResult(table=pa.table({}))
     batches = _read_batches(task, runs[0], read) if task.first == 0 else _whole_part(task, runs[task.first])
     first_stage = max(task.first, 1)
-    for index in range(first_stage, task.last + 1):
-        worker_stage(task.recipe, index - 1, task.hashes[index]).start_shard()
     streamed = first_stage
     while streamed <= task.last and worker_stage(task.recipe, streamed - 1, task.hashes[streamed]).per_document:
         streamed += 1  # stages first_stage..streamed-1 take batches

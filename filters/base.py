@@ -54,10 +54,6 @@ class Stage:
     def setup(self) -> None:
         """Load heavy resources (models) once per worker process, not per shard."""
 
-    def start_shard(self) -> None:
-        """Forget what the stage kept from earlier documents (trafilatura's seen paragraphs): called before each
-        shard, whose batches then share it, so a shard's output never depends on what its worker ran before."""
-
     def annotate(self, table: pa.Table) -> Annotation:
         raise NotImplementedError
 

@@ -72,17 +72,14 @@ class HtmlExtractor(Stage):
     removes = ("html", "content_type", "charset")
 
     def setup(self) -> None:
-        self._forget_seen = lambda: None
         if self.params.backend == "trafilatura":
             import trafilatura
-            from trafilatura.deduplication import LRU_TEST
 
-            # trafilatura's deduplicate=True remembers paragraphs across calls in a process-wide cache: clearing it
-            # per shard makes a shard's output independent of what its worker ran before (resume gives equal parts)
-            self._forget_seen = LRU_TEST.clear
-            self._forget_seen()
+            # deduplicate=False: trafilatura's deduplicate=True (datatrove's setting) drops paragraphs it has seen in
+            # earlier calls of the process, so a page's text would depend on the pages before it (a duplicated record
+            # came out shortened, and neither dedup stage saw the duplicate); repeated text is the dedup stages' job
             self._extract = lambda html: trafilatura.extract(
-                html, favor_precision=True, include_comments=False, deduplicate=True
+                html, favor_precision=True, include_comments=False, deduplicate=False
             )
         else:
             from resiliparse.extract.html2text import extract_plain_text
@@ -108,9 +105,6 @@ class HtmlExtractor(Stage):
         if len(extracted) < max(1, self.params.min_text_chars):
             return "empty_text", None
         return None, extracted
-
-    def start_shard(self) -> None:
-        self._forget_seen()
 
     def annotate(self, table: pa.Table) -> Annotation:
         reasons, texts = [], []

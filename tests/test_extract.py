@@ -99,3 +99,17 @@ def test_sample_pages_of_every_charset_keep_their_text(sample_snapshot):
             assert hits, f"no paragraph of {page.url} ({page.charset}) survived extraction"
             found, total = found + hits, total + len(paragraphs)
     assert total > 300 and found / total > 0.85
+
+
+def test_a_page_extracts_the_same_alone_or_among_others_in_any_order(sample_snapshot):
+    """Its text depends on its HTML only: not on the pages before it in the file (trafilatura's deduplicate=True
+    would drop paragraphs it had seen in earlier pages of the process)."""
+    pages = WarcReader("sample").read(str(sample_snapshot / "sample-0000.warc.gz")).table.slice(0, 30)
+    stage = HtmlExtractor()
+    alone = [stage.process(pages.slice(i, 1)).kept["text"].to_pylist() for i in range(pages.num_rows)]
+    together = stage.process(pages).kept
+    doubled_reversed = stage.process(pa.concat_tables([pages, pages]).take(list(range(2 * pages.num_rows))[::-1])).kept
+    by_id = dict(zip(together["id"].to_pylist(), together["text"].to_pylist()))
+    assert [t[0] if t else None for t in alone] == [by_id.get(i) for i in pages["id"].to_pylist()]
+    assert dict(zip(doubled_reversed["id"].to_pylist(), doubled_reversed["text"].to_pylist())) == by_id
+    assert len(by_id) > 20

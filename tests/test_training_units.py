@@ -158,6 +158,14 @@ def test_mixture_errors_name_the_field(tmp_path):
         load_mixture(str(bad)).shard_files("web")
     with pytest.raises(MixtureError, match="not found"):
         load_mixture(str(tmp_path / "missing.yaml"))
+    bad.write_text("name: m\nsources:\n  web: {paths: [x]}\n  code: {paths: [y]}\nphases:\n  - {name: a, weights: {web: 0.5, code: 0.2}}\n")
+    with pytest.raises(MixtureError, match=r"phases\[0\]\.weights sum to 0\.7, not 1"):
+        load_mixture(str(bad))
+    bad.write_text("name: m\nsources:\n  web: {paths: [x], weight: 0.5}\n  code: {paths: [y], weight: 0.2}\n")
+    with pytest.raises(MixtureError, match="weights sum to 0.7, not 1"):
+        load_mixture(str(bad))
+    bad.write_text("name: m\nsources:\n  web: {paths: [x]}\n  code: {paths: [y]}\n")  # no weights: equal shares
+    assert load_mixture(str(bad)).weights() == [0.5, 0.5]
 
 
 def two_phase(mixture, first: dict):

@@ -116,3 +116,34 @@ def test_reader_schema_is_the_document_schema(sample_snapshot):
     table = WarcReader("sample").read(str(sample_snapshot / "sample-0003.warc.gz")).table
     assert table.schema == READ_SCHEMA
     assert pa.compute.all(pa.compute.equal(table["snapshot"], "sample")).as_py()
+
+
+def test_a_hit_on_the_first_magic_costs_that_member_not_the_file(sample_snapshot, tmp_path):
+    path = sample_snapshot / "sample-0000.warc.gz"
+    raw = bytearray(path.read_bytes())
+    clean = WarcReader("sample").read(str(path))
+    raw[1] ^= 0x01  # 1f 8b -> 1f 8a: the first member (warcinfo) has no gzip magic left
+    damaged = tmp_path / "magic.warc.gz"
+    damaged.write_bytes(bytes(raw))
+    result = WarcReader("sample").read(str(damaged))
+    assert result.table["id"].to_pylist() == clean.table["id"].to_pylist()
+    assert result.dropped["garbage_bytes"] == 1 and "record_warcinfo" not in result.dropped
+
+
+def test_neighbouring_corrupt_members_count_each_and_a_cut_trailer_counts(sample_snapshot, tmp_path):
+    path = sample_snapshot / "sample-0001.warc.gz"
+    raw = path.read_bytes()
+    clean = WarcReader("sample").read(str(path))
+    spans = gzip_members(raw)
+    damaged = bytearray(raw)
+    for start, end in spans[4:6]:  # two members in a row: their deflate data overwritten
+        middle = (start + end) // 2
+        damaged[middle : middle + 16] = b"\xff" * 16
+    damaged = bytes(damaged[: spans[-1][1] - 3])  # and the last member's trailer cut short
+    (tmp_path / "two.warc.gz").write_bytes(damaged)
+    result = WarcReader("sample").read(str(tmp_path / "two.warc.gz"))
+    assert result.dropped["corrupt_gzip"] == 2
+    assert result.dropped["truncated_gzip"] == 1
+    assert "garbage_bytes" not in result.dropped
+    assert result.table.num_rows + sum(result.dropped.values()) == len(spans) - 2 + 3  # - lost members + 3 counts
+    assert clean.table.num_rows - result.table.num_rows <= 2

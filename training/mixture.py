@@ -2,6 +2,7 @@
 
 import glob
 import json
+import math
 from pathlib import Path
 
 import yaml
@@ -25,7 +26,10 @@ class SourceFilter(BaseModel):
 class SourceSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     paths: list[str] = Field(min_length=1, description="globs of token shards, relative to the working directory")
-    weight: float = Field(1.0, gt=0, description="the weight of the default single phase")
+    weight: float = Field(
+        1.0, gt=0, description="the weight of the default single phase; the sources' weights must sum to 1 when any is "
+        "given (none given: equal shares)",
+    )  # fmt: skip
     where: SourceFilter | None = Field(None, description="only the documents whose column matches, e.g. a quality bucket")
     max_epochs: float = Field(4.0, gt=0, description="`train plan` and `train` refuse a mixture that repeats it more")
 
@@ -51,13 +55,21 @@ class Mixture(BaseModel):
     @model_validator(mode="after")
     def phases_name_known_sources(self):
         if not self.phases:
-            self.phases = [Phase(name="main", weights={name: s.weight for name, s in self.sources.items()})]
+            given = any("weight" in source.model_fields_set for source in self.sources.values())
+            total = sum(source.weight for source in self.sources.values())
+            if given and not math.isclose(total, 1.0, abs_tol=1e-6):
+                raise ValueError(f"sources' weights sum to {total:g}, not 1: a mixture is never normalized silently")
+            weights = {name: source.weight / total for name, source in self.sources.items()}
+            self.phases = [Phase(name="main", weights=weights)]
         for index, phase in enumerate(self.phases):
             unknown = sorted(set(phase.weights) - set(self.sources))
             if unknown:
                 raise ValueError(f"phases[{index}].weights names unknown sources {unknown}")
-            if any(w < 0 for w in phase.weights.values()) or sum(phase.weights.values()) <= 0:
-                raise ValueError(f"phases[{index}].weights must be >= 0 with a positive sum")
+            if any(w < 0 for w in phase.weights.values()):
+                raise ValueError(f"phases[{index}].weights must be >= 0")
+            if not math.isclose(sum(phase.weights.values()), 1.0, abs_tol=1e-6):
+                total = sum(phase.weights.values())
+                raise ValueError(f"phases[{index}].weights sum to {total:g}, not 1: a mixture is never normalized silently")
             if phase.tokens is not None and phase.fraction is not None:
                 raise ValueError(f"phases[{index}]: give tokens or fraction, not both")
             if phase.tokens is None and phase.fraction is None and index < len(self.phases) - 1:

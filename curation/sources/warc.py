@@ -29,13 +29,17 @@ class WarcRecord:
     block: bytes
 
 
+class _NotAMember(Exception):
+    """Bytes that look like a gzip magic but cannot start a member (reserved flags): garbage, not a lost member."""
+
+
 def _gzip_header_length(buf: bytearray) -> int | None:
     """Length of the gzip member header at the start of buf (RFC 1952), None if buf ends inside it."""
     if len(buf) < 10:
         return None
     flags, pos = buf[3], 10
     if flags & 0xE0:
-        raise zlib.error("reserved gzip flags set")
+        raise _NotAMember("reserved gzip flags set")
     if flags & 4:  # FEXTRA
         if len(buf) < pos + 2:
             return None
@@ -52,11 +56,14 @@ def _gzip_header_length(buf: bytearray) -> int | None:
 
 
 def iter_gzip_members(stream, chunk_size: int = 1 << 20) -> Iterator[tuple[bytes, str | None]]:
-    """Yield (decompressed member, problem): problem names why a member was lost, None for a member read whole.
+    """Yield (decompressed member, problem): problem names what was lost, None for a member read whole.
 
     Each member is inflated as raw deflate after parsing its header, so the inflater never reads past the
-    member's end (zlib's gzip mode does, and fails on whatever follows). A member cut off by the end of
-    the file yields what it holds, so the record parser counts it as truncated.
+    member's end (zlib's gzip mode does, and fails on whatever follows). Every damaged range is counted once:
+    bytes before the next gzip header (`garbage_bytes`, e.g. a member whose magic was hit), each member whose
+    deflate data or CRC is bad (`corrupt_gzip`, then the reader resyncs at the next header), and a member cut off
+    inside its trailer (`truncated_gzip`, its records kept). A member cut inside its data yields what it holds, and
+    the record parser counts the cut record.
     """
     buf = bytearray()
     at_eof = False
@@ -72,7 +79,7 @@ def iter_gzip_members(stream, chunk_size: int = 1 << 20) -> Iterator[tuple[bytes
         buf.extend(chunk)
         return True
 
-    resyncing = False
+    in_lost_member = False  # the bytes after a corrupt member's header belong to it, not to a new garbage range
     while True:
         while len(buf) < 10 and read_more():
             pass
@@ -82,9 +89,9 @@ def iter_gzip_members(stream, chunk_size: int = 1 << 20) -> Iterator[tuple[bytes
             found = buf.find(GZIP_MAGIC, 1)
             while found < 0 and read_more():
                 found = buf.find(GZIP_MAGIC, 1)
-            if not resyncing:
+            if not in_lost_member:
                 yield b"", "garbage_bytes"
-            resyncing = True
+            in_lost_member = True
             del buf[: found if found >= 0 else len(buf)]
             continue
         parts = []
@@ -110,15 +117,20 @@ def iter_gzip_members(stream, chunk_size: int = 1 << 20) -> Iterator[tuple[bytes
             if inflater.eof and len(buf) >= end + 8:
                 if int.from_bytes(buf[end : end + 4], "little") != zlib.crc32(data):
                     raise zlib.error("gzip CRC mismatch")
+        except _NotAMember:
+            del buf[:1]  # scanned on as part of the garbage range it sits in
+            continue
         except zlib.error:
-            if not resyncing:
-                yield b"", "corrupt_gzip"
-            resyncing = True
+            yield b"", "corrupt_gzip"
+            in_lost_member = True
             del buf[:1]
             continue
-        resyncing = False
-        if not inflater.eof or len(buf) < end + 8:
+        in_lost_member = False
+        if not inflater.eof:  # cut inside its data: the record parser counts the cut record
             yield (data, None) if data else (b"", "truncated_gzip")
+            return
+        if len(buf) < end + 8:  # cut inside its trailer: the records are whole, the CRC is lost
+            yield data, "truncated_gzip"
             return
         del buf[: end + 8]
         yield data, None
@@ -278,7 +290,8 @@ class WarcReader:
         warc_file = path.rsplit("/", 1)[-1]
         with fsspec.open(path, "rb") as raw:
             stream = _HashingReader(raw)
-            if stream.peek(len(GZIP_MAGIC)) == GZIP_MAGIC:
+            # by name too: a hit on the first member's magic must cost that member, not turn the file into garbage
+            if stream.peek(len(GZIP_MAGIC)) == GZIP_MAGIC or path.endswith(".gz"):
                 members = iter_gzip_members(stream)
             else:
                 members = iter([(stream.read_all(), None)])
