@@ -63,6 +63,25 @@ def run(
         ray_session.disconnect(started)
 
 
+TASK_RETRIES = 3
+
+
+def _node() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
+def _segment_on_node(task: SegmentTask) -> list[dict]:
+    """run_segment, with the Ray node that ran it in each stage's stats."""
+    node = _node()
+    return [{**stats, "node": node} for stats in run_segment(task)]
+
+
+def _pass_task_on_node(ctx: dedup.PassContext, step: str, *args) -> dict:
+    return {**dedup.run_task(ctx, step, *args), "node": _node()}
+
+
 def _ray_error(error: Exception) -> Exception:
     """The exception a task raised, out of Ray's wrapper."""
     return getattr(error, "cause", None) or error
@@ -95,8 +114,10 @@ class _Scheduler:
         self.passes: dict[int, dedup.PassContext] = {}
         self.pending: dict = {}  # Ray reference -> SegmentTask
         self.waiting: dict[int, list[int]] = {}  # barrier stage -> shards that reached it
-        self.remote_segment = ray.remote(run_segment)
-        self.remote_pass_task = ray.remote(dedup.run_task).options(num_cpus=1, max_retries=0)
+        # a task lost with its worker or node is retried (its writes are atomic, under fixed names); one that raised
+        # is not: a bad input fails the same way twice
+        self.remote_segment = ray.remote(_segment_on_node)
+        self.remote_pass_task = ray.remote(_pass_task_on_node).options(num_cpus=1, max_retries=TASK_RETRIES)
 
     def run(self) -> None:
         for shard in range(len(self.inputs)):
@@ -141,7 +162,7 @@ class _Scheduler:
             self.folder, self.writes, self.keep_removed, self.snapshot, self.hashes, self.passes.get(first),
         )  # fmt: skip
         cpus = max(1.0 if k == 0 else STAGES[self.recipe.stages[k - 1].stage].num_cpus for k in range(first, last + 1))
-        self.pending[self.remote_segment.options(num_cpus=cpus, max_retries=0).remote(task)] = task
+        self.pending[self.remote_segment.options(num_cpus=cpus, max_retries=TASK_RETRIES).remote(task)] = task
 
     def collect_segments(self) -> None:
         """Record every running segment as it finishes and move its shard on."""

@@ -24,7 +24,10 @@ def summarize_pass(passes: dict) -> dict:
         totals: dict = {"tasks": len(tasks)}
         for stats in tasks.values():
             for key, value in stats.items():
-                if isinstance(value, dict):
+                if key == "node":  # the Ray node that ran the task: tasks per node
+                    nodes = totals.setdefault("nodes", {})
+                    nodes[value] = nodes.get(value, 0) + 1
+                elif isinstance(value, dict):
                     merged = totals.setdefault(key, {})
                     for name, count in value.items():
                         merged[name] = merged.get(name, 0) + count

@@ -1,0 +1,130 @@
+"""`curate run --ray-address` on a real two-node Ray cluster on this machine: `ray start --head` plus a second
+`ray start --address` node with its own temp dir, token authentication on (Ray 2.60's default for clusters)."""
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+
+from curation.sources import sample
+
+pytestmark = pytest.mark.slow
+CURATE = [sys.executable, "-m", "curation"]
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def processes_under(folder: str) -> list[psutil.Process]:
+    """The Ray processes a node started: those whose command line names its temp dir (raylet, GCS, ...) and their
+    children (its agents and workers retitle themselves `ray::...`)."""
+    found = {}
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if any(folder in part for part in process.info["cmdline"] or []):
+                for member in [process, *process.children(recursive=True)]:
+                    found[member.pid] = member
+        except psutil.Error:
+            continue
+    return list(found.values())
+
+
+def kill_node(folder: str) -> list[str]:
+    """SIGKILL every process of the node; their names."""
+    names = []
+    for process in processes_under(folder):
+        try:
+            names.append(process.name())
+            process.send_signal(signal.SIGKILL)
+        except psutil.Error:
+            pass
+    return names
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """(address, environment, second node's temp dir); both nodes are killed at the end, nothing else is."""
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}
+    head, second = tempfile.mkdtemp(prefix="rh", dir="/tmp"), tempfile.mkdtemp(prefix="rn", dir="/tmp")
+    address = f"127.0.0.1:{free_port()}"
+    try:
+        subprocess.run([RAY, "start", "--head", "--port", address.split(":")[1], "--num-cpus", "1", "--temp-dir", head,
+                        "--include-dashboard=false", "--disable-usage-stats"], env=env, check=True, capture_output=True)  # fmt: skip
+        subprocess.run([RAY, "start", "--address", address, "--num-cpus", "1", "--temp-dir", second],
+                       env=env, check=True, capture_output=True)  # fmt: skip
+        yield address, env, second
+    finally:
+        for folder in (second, head):
+            kill_node(folder)
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> str:
+    folder = tmp_path_factory.mktemp("cluster-input")
+    sample.generate(folder, pages=240, files=6, seed=11)
+    return f"{folder}/*.warc.gz"
+
+
+@pytest.fixture(scope="module")
+def local_run(inputs, cluster, tmp_path_factory) -> Path:
+    """The same recipe on a local Ray, started while the two-node cluster is up: without --ray-address `curate`
+    starts a cluster of its own instead of joining (or failing on) the one `ray start` runs on this machine."""
+    output = tmp_path_factory.mktemp("local") / "run"
+    done = subprocess.run(CURATE + ["run", "fineweb-snapshot", "--input", inputs, "--output", str(output), "--num-cpus", "2"],
+                          env=cluster[1], capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return output
+
+
+def documents(output: Path) -> list[tuple[str, str]]:
+    table = pq.read_table(sorted(output.glob("[0-9][0-9]_pii"))[0])
+    return sorted(zip(table["id"].to_pylist(), table["text"].to_pylist()))
+
+
+def test_shards_run_on_both_nodes_and_the_output_equals_a_local_run(cluster, inputs, local_run, tmp_path):
+    address, env, _ = cluster
+    output = tmp_path / "run"
+    done = subprocess.run(CURATE + ["run", "fineweb-snapshot", "--input", inputs, "--output", str(output), "--ray-address", address],
+                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    stages = json.loads((output / "stats.json").read_text())["stages"]
+    nodes = {shard["node"] for stage in stages for shard in stage["shards"]}
+    print(f"shard tasks per node: { {n[:8]: sum(s['node'] == n for st in stages for s in st['shards']) for n in nodes} }")
+    assert len(nodes) == 2
+    assert documents(output) == documents(local_run)
+    assert len({doc_id for doc_id, _ in documents(output)}) == len(documents(output))
+
+
+def test_a_node_lost_mid_run_loses_and_duplicates_no_shard(cluster, inputs, local_run, tmp_path):
+    address, env, second = cluster
+    output = tmp_path / "run"
+    command = CURATE + ["run", "fineweb-snapshot", "--input", inputs, "--output", str(output), "--ray-address", address]
+    running = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    manifest, deadline = output / "manifest.json", time.time() + 120
+    while time.time() < deadline and not (manifest.exists() and '"node"' in manifest.read_text()):
+        time.sleep(0.2)
+    killed = kill_node(second)  # its raylet, object store and workers, mid-run
+    log = running.communicate(timeout=600)[0]
+    print(f"killed the second node's {killed}; first attempt exited {running.returncode}")
+    if running.returncode:  # whatever Ray could not retry, the rerun finishes
+        rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        assert rerun.returncode == 0, log + rerun.stdout + rerun.stderr
+    assert "raylet" in killed
+    assert documents(output) == documents(local_run)
+    assert not list(output.rglob("*.tmp-*"))
