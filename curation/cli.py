@@ -421,8 +421,13 @@ def cmd_report(args) -> int:
     except FileNotFoundError as error:
         print(f"curate: {error}", file=sys.stderr)
         return 2
-    target = Path(args.html or f"{args.output}/report.html")
-    target.write_text(page)
+    import fsspec
+
+    from curation.io import write_text_atomic
+
+    target = args.html or f"{args.output.rstrip('/')}/report.html"
+    fs, path = fsspec.core.url_to_fs(target)
+    write_text_atomic(fs, path, page)
     print(f"report: {target} ({len(page) / 1e6:.1f} MB)")
     return 0
 

@@ -95,7 +95,7 @@ def print_passes(passes: dict[str, dict], console=None) -> None:
         first = {"keys": "0", "buckets": "1", "verify-first": "2", "verify-second": "3", "assign": "9"}
         for step, totals in sorted(steps.items(), key=lambda item: first.get(item[0], "5" + item[0])):
             counters = ", ".join(
-                f"{key} {value:,}" if not isinstance(value, dict) else f"{key} {value}"
+                f"{key} {value:,}" if not isinstance(value, dict) else f"{key} {len(value)}" if key == "nodes" else f"{key} {value}"
                 for key, value in totals.items() if key not in ("tasks", "seconds")
             )  # fmt: skip
             table.add_row(f"  {step}", str(totals["tasks"]), f"{totals.get('seconds', 0):.2f}", counters)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from training import storage
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -95,7 +97,7 @@ def _num_params(config, mixture) -> int:
 
     from training.model import Transformer
 
-    vocab = Tokenizer.from_file(mixture.tokenizer_path()).get_vocab_size()
+    vocab = Tokenizer.from_str(storage.read_text(mixture.tokenizer_path())).get_vocab_size()
     with torch.device("meta"):
         return Transformer(config.model_config_for(vocab)).num_params()
 
@@ -117,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         mixture = load_mixture(args.mixture)
         for name in mixture.source_names():
             mixture.shard_files(name)
-        if not Path(mixture.tokenizer_path()).is_file():
+        if not storage.is_file(mixture.tokenizer_path()):
             raise MixtureError(f"tokenizer not found: {mixture.tokenizer_path()}")
         mixture.check_one_tokenizer()
         config = load_config(args.config, **{k: getattr(args, k) for k in OVERRIDES})

@@ -16,20 +16,20 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
+from training import storage
 from training.mixture import Mixture, SourceFilter
 
 
 def read_selected(path: str, columns: list[str], where: SourceFilter | None) -> tuple[pa.Table, np.ndarray]:
     """`columns` of a token shard, and the rows a source's `where` keeps (all without one)."""
     if where is None:
-        meta = pq.read_table(path, columns=columns)
+        meta = storage.read_parquet(path, columns)
         return meta, np.arange(meta.num_rows)
-    if where.column not in pq.read_schema(path).names:
+    if where.column not in storage.column_names(path):
         raise ValueError(f"{path} has no column {where.column!r} to select by: tokenize a run whose stages add it")
-    meta = pq.read_table(path, columns=columns + [where.column])
+    meta = storage.read_parquet(path, columns + [where.column])
     keep = np.ones(meta.num_rows, dtype=bool)
     for row, value in enumerate(meta[where.column].to_pylist()):
         if where.equals is not None and value != where.equals:
@@ -87,7 +87,7 @@ class SourceStream:
     def _doc_tokens(self, doc: int) -> np.ndarray:
         file_index, row = self.doc_where[doc]
         if file_index not in self._tokens:
-            column = pq.read_table(self.files[file_index], columns=["tokens"], memory_map=True)["tokens"].combine_chunks()
+            column = storage.read_parquet(self.files[file_index], ["tokens"])["tokens"].combine_chunks()
             self._tokens[file_index] = (column.values.to_numpy(), column.offsets.to_numpy())
             if len(self._tokens) > self._cached_files:
                 self._tokens.popitem(last=False)

@@ -1,12 +1,13 @@
 """Mixture YAML: named sources of token shards with weights by tokens, in phases. Validated at load."""
 
-import glob
 import json
 import math
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from training import storage
 
 
 class MixtureError(ValueError):
@@ -98,7 +99,7 @@ class Mixture(BaseModel):
         return [w / sum(raw) for w in raw]
 
     def shard_files(self, name: str) -> list[str]:
-        files = sorted({f for pattern in self.sources[name].paths for f in glob.glob(pattern)})
+        files = sorted({f for pattern in self.sources[name].paths for f in storage.glob(pattern)})
         if not files:
             raise MixtureError(
                 f"mixture {self.name!r}: source {name!r} has no token shards at {self.sources[name].paths}; "
@@ -108,10 +109,10 @@ class Mixture(BaseModel):
 
     def check_one_tokenizer(self) -> None:
         """Every source whose shards have a tokenizer.json beside them was tokenized with the mixture's tokenizer."""
-        expected = json.loads(Path(self.tokenizer_path()).read_text())  # parsed: formatting differs between writers
+        expected = json.loads(storage.read_text(self.tokenizer_path()))  # parsed: formatting differs between writers
         for name in self.source_names():
-            beside = Path(self.shard_files(name)[0]).parent / "tokenizer.json"
-            if beside.is_file() and json.loads(beside.read_text()) != expected:
+            beside = storage.sibling(self.shard_files(name)[0], "tokenizer.json")
+            if storage.is_file(beside) and json.loads(storage.read_text(beside)) != expected:
                 raise MixtureError(
                     f"mixture {self.name!r}: source {name!r} was tokenized with {beside}, not {self.tokenizer_path()}; "
                     f"tokenize its run again with `curate tokenize RUN_DIR --tokenizer {self.tokenizer_path()}`"
@@ -120,7 +121,7 @@ class Mixture(BaseModel):
     def tokenizer_path(self) -> str:
         if self.tokenizer:
             return self.tokenizer
-        return str(Path(self.shard_files(self.source_names()[0])[0]).parent / "tokenizer.json")
+        return storage.sibling(self.shard_files(self.source_names()[0])[0], "tokenizer.json")
 
 
 def load_mixture(path: str) -> Mixture:

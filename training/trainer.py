@@ -13,7 +13,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 
-from training import checkpoint
+from training import checkpoint, storage
 from training.attention import choose_attention
 from training.config import TrainConfig
 from training.data import MixtureLoader
@@ -49,7 +49,7 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
     rank, world, device = _setup_distributed()
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, format="%(message)s", stream=sys.stdout)
     torch.manual_seed(config.seed)
-    tokenizer = Tokenizer.from_file(mixture.tokenizer_path())
+    tokenizer = Tokenizer.from_str(storage.read_text(mixture.tokenizer_path()))
     eos_id = tokenizer.token_to_id("<|endoftext|>")
     model_config = config.model_config_for(tokenizer.get_vocab_size())
     param_dtype = torch.bfloat16 if config.dtype == "bf16" or (config.dtype == "auto" and device.type == "cuda") else torch.float32

@@ -1,0 +1,50 @@
+"""Token shards and tokenizers on a local disk or object storage (`s3://`, `gs://`, ... through fsspec), so a
+mixture can name the curated run where it lives. Local files are memory-mapped; remote ones are read whole."""
+
+import glob as local_glob
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def _remote(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def glob(pattern: str) -> list[str]:
+    """Files matching `pattern`, as paths (local) or URLs with their protocol (remote)."""
+    if not _remote(pattern):
+        return local_glob.glob(pattern)
+    fs, _ = fsspec.core.url_to_fs(pattern)
+    protocol = pattern.split("://", 1)[0]
+    return [f"{protocol}://{path}" for path in fs.glob(pattern)]
+
+
+def is_file(path: str) -> bool:
+    fs, inner = fsspec.core.url_to_fs(path)
+    return fs.isfile(inner)
+
+
+def read_text(path: str) -> str:
+    with fsspec.open(path, "r", encoding="utf-8") as handle:
+        return handle.read()
+
+
+def sibling(path: str, name: str) -> str:
+    """`name` in the folder of `path`."""
+    return f"{path.rsplit('/', 1)[0]}/{name}"
+
+
+def read_parquet(path: str, columns: list[str]) -> pa.Table:
+    if not _remote(path):
+        return pq.read_table(path, columns=columns, memory_map=True)
+    with fsspec.open(path, "rb") as handle:
+        return pq.read_table(handle, columns=columns)
+
+
+def column_names(path: str) -> list[str]:
+    if not _remote(path):
+        return pq.read_schema(path).names
+    with fsspec.open(path, "rb") as handle:
+        return pq.read_schema(handle).names
