@@ -17,7 +17,6 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from curation.sources import sample
 
 pytestmark = pytest.mark.slow
 CURATE = [sys.executable, "-m", "curation"]
@@ -75,10 +74,8 @@ def cluster():
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory) -> str:
-    folder = tmp_path_factory.mktemp("cluster-input")
-    sample.generate(folder, pages=240, files=6, seed=11)
-    return f"{folder}/*.warc.gz"
+def inputs(sample_snapshot) -> str:
+    return f"{sample_snapshot}/*.warc.gz"
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from curation.sources import sample
 
 pytestmark = pytest.mark.slow
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is in the test extra")
@@ -43,10 +42,8 @@ def s3(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory) -> str:
-    folder = tmp_path_factory.mktemp("s3-input")
-    sample.generate(folder, pages=200, files=4, seed=9)
-    return f"{folder}/*.warc.gz"
+def inputs(sample_snapshot) -> str:
+    return f"{sample_snapshot}/*.warc.gz"
 
 
 @pytest.fixture(scope="module")
