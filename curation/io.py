@@ -63,10 +63,10 @@ def read_parquet(fs, path: str) -> pa.Table:
         return pq.read_table(handle)
 
 
-def remove_temporaries(fs, folder: str) -> None:
+def remove_temporaries(fs, folder: str, recursive: bool = True) -> None:
     """Leftovers of writes a killed run did not finish."""
     if not fs.exists(folder):
         return
-    for path in fs.find(folder):
+    for path in fs.find(folder) if recursive else fs.ls(folder, detail=False):
         if TMP_MARK in path.rsplit("/", 1)[-1]:
             fs.rm(path)

@@ -69,6 +69,7 @@ class Manifest:
         """The run's manifest, created or resumed, with every stage whose config changed forgotten; `about` (recipe,
         inputs, versions) is recorded as given."""
         folder.fs.makedirs(folder.root, exist_ok=True)
+        remove_temporaries(folder.fs, folder.root, recursive=False)  # e.g. a manifest.json save the kill cut short
         manifest = cls(folder)
         for stage_dir, stage_hash in zip(folder.stage_dirs, stage_hashes):
             manifest.prepare(stage_dir, stage_hash)

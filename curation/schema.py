@@ -13,6 +13,7 @@ DOCUMENT_FIELDS = [
     pa.field("snapshot", pa.string()),
     pa.field("warc_file", pa.string()),
     pa.field("warc_record_id", pa.string()),
+    pa.field("warc_offset", pa.int64()),  # where its record (its gzip member, in a .warc.gz) starts in warc_file
     pa.field("warc_digest", pa.string()),
     pa.field("warc_date", pa.string()),
 ]

@@ -1,5 +1,6 @@
 """HTML -> main text. Trafilatura is FineWeb's choice; resiliparse is ~10x faster and selectable."""
 
+import multiprocessing
 import re
 import signal
 import threading
@@ -20,11 +21,8 @@ class ExtractionTimeout(Exception):
 
 
 @contextmanager
-def time_limit(seconds: float):
-    """SIGALRM-based limit; only the main thread can take signals, elsewhere the page runs unbounded."""
-    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
-        yield
-        return
+def _alarm(seconds: float):
+    """SIGALRM after `seconds`: the main thread's limit (only it takes signals)."""
 
     def on_alarm(signum, frame):
         raise ExtractionTimeout
@@ -36,6 +34,39 @@ def time_limit(seconds: float):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def extract_text(backend: str, html: str) -> str | None:
+    """The main text of one page. trafilatura runs with deduplicate=False: its deduplicate=True (datatrove's setting)
+    drops paragraphs seen in earlier calls of the process, so a page's text would depend on the pages before it (a
+    duplicated record came out shortened, and neither dedup stage saw the duplicate); repeated text is the dedup
+    stages' job."""
+    if backend == "trafilatura":
+        import trafilatura
+
+        return trafilatura.extract(html, favor_precision=True, include_comments=False, deduplicate=False)
+    from resiliparse.extract.html2text import extract_plain_text
+
+    return extract_plain_text(html, main_content=True)
+
+
+class _ChildExtractor:
+    """Extraction in a child process, for callers off the main thread, where no signal can stop a page: a page
+    past its limit costs the child, which is killed and replaced."""
+
+    def __init__(self):
+        self.pool = None
+
+    def extract(self, backend: str, html: str, seconds: float) -> str | None:
+        if self.pool is None:
+            self.pool = multiprocessing.get_context("spawn").Pool(1)
+            self.pool.apply(extract_text, (backend, "<p>warm-up</p>"))  # start-up and imports are not the page's time
+        try:
+            return self.pool.apply_async(extract_text, (backend, html)).get(timeout=seconds)
+        except multiprocessing.TimeoutError:
+            self.pool.terminate()
+            self.pool = None
+            raise ExtractionTimeout from None
 
 
 def decode_html(payload: bytes, declared_charset: str | None) -> str | None:
@@ -72,19 +103,18 @@ class HtmlExtractor(Stage):
     removes = ("html", "content_type", "charset")
 
     def setup(self) -> None:
-        if self.params.backend == "trafilatura":
-            import trafilatura
+        extract_text(self.params.backend, "<p>warm-up</p>")  # the backend's imports, once per worker
+        self._child = _ChildExtractor()
 
-            # deduplicate=False: trafilatura's deduplicate=True (datatrove's setting) drops paragraphs it has seen in
-            # earlier calls of the process, so a page's text would depend on the pages before it (a duplicated record
-            # came out shortened, and neither dedup stage saw the duplicate); repeated text is the dedup stages' job
-            self._extract = lambda html: trafilatura.extract(
-                html, favor_precision=True, include_comments=False, deduplicate=False
-            )
-        else:
-            from resiliparse.extract.html2text import extract_plain_text
-
-            self._extract = lambda html: extract_plain_text(html, main_content=True)
+    def _extract_limited(self, html: str) -> str | None:
+        """Within `timeout_s`: by SIGALRM on the main thread (Ray runs tasks there), else in a child process."""
+        seconds, backend = self.params.timeout_s, self.params.backend
+        if seconds <= 0:
+            return extract_text(backend, html)
+        if threading.current_thread() is threading.main_thread():
+            with _alarm(seconds):
+                return extract_text(backend, html)
+        return self._child.extract(backend, html, seconds)
 
     def _extract_one(self, payload: bytes | None, charset: str | None, text: str | None) -> tuple[str | None, str | None]:
         if payload is None:  # WET records arrive with text already extracted
@@ -95,8 +125,7 @@ class HtmlExtractor(Stage):
         if html is None:
             return "undecodable", None
         try:
-            with time_limit(self.params.timeout_s):
-                extracted = self._extract(html)
+            extracted = self._extract_limited(html)
         except ExtractionTimeout:
             return "extract_timeout", None
         except Exception:  # a parser crash on one page must not stop the shard

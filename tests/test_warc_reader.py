@@ -105,8 +105,8 @@ def test_gzip_file_cut_short_keeps_what_came_before(sample_snapshot):
     raw = (sample_snapshot / "sample-0002.warc.gz").read_bytes()
     spans = gzip_members(raw)
     members = list(iter_gzip_members(io.BytesIO(raw[: spans[-1][0] + 30])))
-    assert all(problem is None for _, problem in members[:-1])
-    records = [r for member, _ in members for r, bad in iter_records(member) if r]
+    assert all(problem is None for _, problem, _ in members[:-1])
+    records = [r for member, _, _ in members for r, bad in iter_records(member) if r]
     assert len(records) == len(spans) - 1
 
 
@@ -147,3 +147,27 @@ def test_neighbouring_corrupt_members_count_each_and_a_cut_trailer_counts(sample
     assert "garbage_bytes" not in result.dropped
     assert result.table.num_rows + sum(result.dropped.values()) == len(spans) - 2 + 3  # - lost members + 3 counts
     assert clean.table.num_rows - result.table.num_rows <= 2
+
+
+def test_tampered_records_fail_their_digests_and_offsets_point_at_each_record(sample_snapshot, tmp_path):
+    """A record whose HTML changed after it was written (a split-view or tampering route to poison a crawl) is
+    dropped as digest_mismatch; every kept document's warc_offset is the start of the gzip member holding it."""
+    path = sample_snapshot / "sample-0002.warc.gz"
+    raw = path.read_bytes()
+    clean = WarcReader("sample").read(str(path))
+    responses = html_responses(raw, set(clean.table["warc_record_id"].to_pylist()))
+    tampered_ids, pieces, at = set(), [], 0
+    for _, (start, end), record_id in responses[2:14:4]:  # three responses: one byte of their HTML changed
+        member = bytearray(gzip.decompress(raw[start:end]))
+        html_at = member.index(b"<body")
+        member[html_at + 1] = ord("B")  # <body -> <Body: same length, same Content-Length, different bytes
+        pieces += [raw[at:start], gzip.compress(bytes(member))]
+        tampered_ids.add(record_id)
+        at = end
+    (tmp_path / "tampered.warc.gz").write_bytes(b"".join(pieces) + raw[at:])
+    result = WarcReader("sample").read(str(tmp_path / "tampered.warc.gz"))
+    assert result.dropped["digest_mismatch"] == 3
+    assert set(result.table["warc_record_id"].to_pylist()) == set(clean.table["warc_record_id"].to_pylist()) - tampered_ids
+    for row in clean.table.select(["warc_record_id", "warc_offset"]).to_pylist():
+        record, _ = next(iter_records(zlib.decompressobj(zlib.MAX_WBITS | 16).decompress(raw[row["warc_offset"] :])))
+        assert record.headers["warc-record-id"] == row["warc_record_id"]

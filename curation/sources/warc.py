@@ -27,6 +27,7 @@ HTML_TYPES = ("text/html", "application/xhtml+xml")
 class WarcRecord:
     headers: dict[str, str]  # lower-cased names
     block: bytes
+    offset: int = 0  # where the record starts in the data it was parsed from
 
 
 class _NotAMember(Exception):
@@ -55,8 +56,9 @@ def _gzip_header_length(buf: bytearray) -> int | None:
     return pos if pos <= len(buf) else None
 
 
-def iter_gzip_members(stream, chunk_size: int = 1 << 20) -> Iterator[tuple[bytes, str | None]]:
-    """Yield (decompressed member, problem): problem names what was lost, None for a member read whole.
+def iter_gzip_members(stream, chunk_size: int = 1 << 20) -> Iterator[tuple[bytes, str | None, int]]:
+    """Yield (decompressed member, problem, offset): problem names what was lost, None for a member read whole;
+    offset is where the member starts in the file (Common Crawl's index gives records by it).
 
     Each member is inflated as raw deflate after parsing its header, so the inflater never reads past the
     member's end (zlib's gzip mode does, and fails on whatever follows). Every damaged range is counted once:
@@ -67,6 +69,7 @@ def iter_gzip_members(stream, chunk_size: int = 1 << 20) -> Iterator[tuple[bytes
     """
     buf = bytearray()
     at_eof = False
+    dropped = 0  # bytes of the file before buf[0]
 
     def read_more() -> bool:
         nonlocal at_eof
@@ -90,18 +93,22 @@ def iter_gzip_members(stream, chunk_size: int = 1 << 20) -> Iterator[tuple[bytes
             while found < 0 and read_more():
                 found = buf.find(GZIP_MAGIC, 1)
             if not in_lost_member:
-                yield b"", "garbage_bytes"
+                yield b"", "garbage_bytes", dropped
             in_lost_member = True
-            del buf[: found if found >= 0 else len(buf)]
+            skipped = found if found >= 0 else len(buf)
+            del buf[:skipped]
+            dropped += skipped
             continue
         parts = []
         try:
             header = _gzip_header_length(buf)
             while header is None and read_more():
                 header = _gzip_header_length(buf)
-            if header is None:
-                yield b"", "truncated_gzip"
+            if header is None and buf.find(GZIP_MAGIC, 1) < 0:
+                yield b"", "truncated_gzip", dropped
                 return
+            if header is None:  # a damaged header claims more bytes than the file has left
+                raise zlib.error("gzip header runs past the end of the file")
             inflater = zlib.decompressobj(-zlib.MAX_WBITS)
             fed = header
             while not inflater.eof:
@@ -119,21 +126,32 @@ def iter_gzip_members(stream, chunk_size: int = 1 << 20) -> Iterator[tuple[bytes
                     raise zlib.error("gzip CRC mismatch")
         except _NotAMember:
             del buf[:1]  # scanned on as part of the garbage range it sits in
+            dropped += 1
             continue
         except zlib.error:
-            yield b"", "corrupt_gzip"
+            yield b"", "corrupt_gzip", dropped
             in_lost_member = True
             del buf[:1]
+            dropped += 1
+            continue
+        if not inflater.eof and buf.find(GZIP_MAGIC, 1) > 0:
+            # damaged data can inflate on past the member's end without an error and swallow every member after
+            # it: lose this member only and resync at the next header
+            yield b"", "corrupt_gzip", dropped
+            in_lost_member = True
+            del buf[:1]
+            dropped += 1
             continue
         in_lost_member = False
         if not inflater.eof:  # cut inside its data: the record parser counts the cut record
-            yield (data, None) if data else (b"", "truncated_gzip")
+            yield (data, None, dropped) if data else (b"", "truncated_gzip", dropped)
             return
         if len(buf) < end + 8:  # cut inside its trailer: the records are whole, the CRC is lost
-            yield data, "truncated_gzip"
+            yield data, "truncated_gzip", dropped
             return
         del buf[: end + 8]
-        yield data, None
+        yield data, None, dropped
+        dropped += end + 8
 
 
 def iter_records(data: bytes) -> Iterator[tuple[WarcRecord | None, str | None]]:
@@ -177,7 +195,7 @@ def iter_records(data: bytes) -> Iterator[tuple[WarcRecord | None, str | None]]:
                 return
             pos = following + 2
             continue
-        yield WarcRecord(headers, block), None
+        yield WarcRecord(headers, block, pos), None
         pos = after
         while data.startswith(b"\r\n", pos):
             pos += 2
@@ -214,6 +232,40 @@ def parse_http_response(block: bytes) -> tuple[int, dict[str, str], bytes]:
     return status, headers, body
 
 
+def _digest_matches(declared: str, candidates: list[bytes]) -> bool:
+    """`declared` is "algorithm:value", the value in base32 (as Common Crawl writes sha1) or hex; an algorithm
+    hashlib does not know is not checked."""
+    algorithm, _, value = declared.partition(":")
+    algorithm = algorithm.strip().lower().replace("-", "")
+    if algorithm not in hashlib.algorithms_available or not value:
+        return True
+    value = value.strip()
+    for data in candidates:
+        digest = hashlib.new(algorithm, data).digest()
+        if value.upper() == base64.b32encode(digest).decode("ascii") or value.lower() == digest.hex():
+            return True
+    return False
+
+
+def digests_match(record: WarcRecord) -> bool:
+    """WARC-Block-Digest over the record's block, and WARC-Payload-Digest over its HTTP body (as stored, or with
+    its chunked transfer encoding removed, as some crawlers hash it), where the record declares them: a record
+    changed after it was written (tampered, or spliced from another crawl) does not match."""
+    headers, block = record.headers, record.block
+    if "warc-block-digest" in headers and not _digest_matches(headers["warc-block-digest"], [block]):
+        return False
+    if "warc-payload-digest" in headers and headers.get("warc-type") == "response":
+        head, sep, body = block.partition(b"\r\n\r\n")
+        candidates = [body]
+        if b"chunked" in head.lower():
+            try:
+                candidates.append(_dechunk(body))
+            except (ValueError, IndexError):
+                pass
+        return _digest_matches(headers["warc-payload-digest"], candidates)
+    return True
+
+
 def payload_digest(payload: bytes) -> str:
     return "sha1:" + base64.b32encode(hashlib.sha1(payload).digest()).decode("ascii")
 
@@ -236,7 +288,7 @@ class WarcReader:
         self.source = source
         self.max_payload_bytes = max_payload_bytes
 
-    def _document(self, record: WarcRecord, warc_file: str) -> tuple[dict | None, str | None]:
+    def _document(self, record: WarcRecord, warc_file: str, offset: int) -> tuple[dict | None, str | None]:
         headers = record.headers
         kind = headers.get("warc-type", "unknown").lower()
         url = headers.get("warc-target-uri", "").strip("<>") or None
@@ -247,16 +299,21 @@ class WarcReader:
             "snapshot": self.snapshot,
             "warc_file": warc_file,
             "warc_record_id": record_id,
+            "warc_offset": offset,
             "warc_date": headers.get("warc-date"),
             "text": None,
             "html": None,
             "content_type": None,
             "charset": None,
         }
+        if kind not in ("conversion", "response"):
+            return None, f"record_{kind}"
+        if not digests_match(record):
+            return None, "digest_mismatch"
         if kind == "conversion":
             payload = record.block
             row["text"] = payload.decode("utf-8", "replace")
-        elif kind == "response":
+        else:
             try:
                 status, http_headers, payload = parse_http_response(record.block)
             except (ValueError, IndexError, zlib.error):
@@ -267,8 +324,6 @@ class WarcReader:
             if mime not in HTML_TYPES:
                 return None, "not_html"
             row.update(html=payload, content_type=mime, charset=charset)
-        else:
-            return None, f"record_{kind}"
         if len(payload) > self.max_payload_bytes:
             return None, "payload_too_large"
         digest = headers.get("warc-payload-digest") or payload_digest(payload)
@@ -291,15 +346,16 @@ class WarcReader:
         with fsspec.open(path, "rb") as raw:
             stream = _HashingReader(raw)
             # by name too: a hit on the first member's magic must cost that member, not turn the file into garbage
-            if stream.peek(len(GZIP_MAGIC)) == GZIP_MAGIC or path.endswith(".gz"):
-                members = iter_gzip_members(stream)
-            else:
-                members = iter([(stream.read_all(), None)])
-            for member, problem in members:
+            compressed = stream.peek(len(GZIP_MAGIC)) == GZIP_MAGIC or path.endswith(".gz")
+            members = iter_gzip_members(stream) if compressed else iter([(stream.read_all(), None, 0)])
+            for member, problem, member_offset in members:
                 if problem:
                     result.dropped[problem] += 1
                 for record, bad in iter_records(member):
-                    row, reason = (None, bad) if bad else self._document(record, warc_file)
+                    if bad:
+                        row, reason = None, bad
+                    else:
+                        row, reason = self._document(record, warc_file, member_offset if compressed else record.offset)
                     if reason:
                         result.dropped[reason] += 1
                     else:
