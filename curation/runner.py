@@ -54,13 +54,13 @@ def run(
 ) -> RunResult:
     """Run (or resume) `recipe` over `inputs` into `output`; `progress` gets (stage_dir, shard_stats) per finished
     stage of a shard, `on_step` (stage_dir, step, done, total) per finished task of a duplicate stage's pass."""
-    started = ray_session.connect(ray_address, num_cpus)
+    started = ray_session.connect(ray_address, num_cpus, owner=output)
     try:
         scheduler = _Scheduler(recipe, inputs, output, snapshot, keep_removed, materialize_all, progress, on_step)
         scheduler.run()
         return scheduler.result
     finally:
-        ray_session.disconnect(started)
+        ray_session.disconnect(started, owner=output)
 
 
 TASK_RETRIES = 3
