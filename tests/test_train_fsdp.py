@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -120,3 +121,52 @@ def test_lineage_and_missing_sources_are_reported(workdir):
     failed = subprocess.run([sys.executable, "-m", "training", "--mixture", str(repo / "mixtures" / "web70_code20.yaml")],
                             capture_output=True, text=True, cwd=workdir)  # fmt: skip
     assert failed.returncode == 2 and "source 'web' has no token shards" in failed.stderr
+
+
+def test_two_nodes_by_c10d_rendezvous_killed_twice_resume_on_two_nodes_then_on_one(workdir):
+    """2 nodes x 1 process (two torchrun agents meeting at a c10d rendezvous, as on two machines), killed at its
+    first checkpoint and again at its second; resumed on 2 nodes, losses and LR are bit-identical to an
+    uninterrupted 2-node run; resumed on 1 node they agree within 1e-4 (reductions group differently)."""
+    common = ["--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "12", "--checkpoint-every", "4"]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    def two_nodes(out: str, *extra: str) -> list[subprocess.Popen]:
+        agent = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend",
+                 "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", out, "-m", "training", *common, "--out", out, *extra]  # fmt: skip
+        return [subprocess.Popen(agent, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                 start_new_session=True) for _ in range(2)]  # fmt: skip
+
+    def finish(nodes: list[subprocess.Popen]) -> None:
+        for node in nodes:
+            assert node.wait(timeout=900) == 0, node.stderr.read()[-3000:]
+
+    def kill_at(nodes: list[subprocess.Popen], checkpoint: Path) -> None:
+        deadline = time.time() + 600
+        while not (checkpoint / "train_state.json").exists() and time.time() < deadline and all(n.poll() is None for n in nodes):
+            time.sleep(0.05)
+        for node in nodes:
+            os.killpg(node.pid, signal.SIGKILL)
+            node.wait()
+        assert (checkpoint / "train_state.json").exists(), "the nodes stopped before the checkpoint"
+
+    finish(two_nodes("nodes-whole"))
+    whole = losses(workdir / "nodes-whole")
+    assert sorted(whole) == list(range(1, 13))
+    checkpoints = workdir / "nodes-killed" / "checkpoints"
+    kill_at(two_nodes("nodes-killed"), checkpoints / "step-00000004")
+    kill_at(two_nodes("nodes-killed", "--resume"), checkpoints / "step-00000008")
+    assert not (checkpoints / "step-00000012").exists(), "the run finished before the second kill"
+    resumed_from = max(int(p.name[5:]) for p in checkpoints.glob("step-????????"))
+    killed = losses(workdir / "nodes-killed")
+    assert [killed[s] for s in range(5, resumed_from + 1)] == [whole[s] for s in range(5, resumed_from + 1)]
+    run("training", *common, "--out", "nodes-killed", "--resume", "--ranks", "1", cwd=workdir)  # one node now
+    killed = losses(workdir / "nodes-killed")
+    differences = [abs(killed[s] - whole[s]) / whole[s] for s in range(resumed_from + 1, 13)]
+    print(f"\n2 nodes killed twice; resumed on 2 nodes bit-identical through step {resumed_from}; "
+          f"then on 1 node: max relative loss difference {max(differences):.2e}")  # fmt: skip
+    assert max(differences) < 1e-4
+    rates = {name: metrics.load(str(workdir / name)).drop_duplicates("step", keep="last").set_index("step").lr
+             for name in ("nodes-whole", "nodes-killed")}  # fmt: skip
+    assert [rates["nodes-killed"][s] for s in range(5, 13)] == [rates["nodes-whole"][s] for s in range(5, 13)]
