@@ -245,6 +245,10 @@ def cmd_run(args) -> int:
     output = args.output or f"runs/{recipe.name}"
     if os.path.isfile(output):
         raise SystemExit(f"curate: --output {output!r} is a file; give a folder for the run")
+    if args.ray_address:
+        from curation.ray_session import check_address
+
+        check_address(args.ray_address)
     console.print(f"recipe [bold]{recipe.name}[/] on {len(inputs)} file(s) of snapshot {snapshot} -> {output}")
     columns = [TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[unit]:<6}  {task.fields[docs]:>8,} docs  {task.fields[rate]:>7.0f} docs/s"), TimeElapsedColumn()]  # fmt: skip

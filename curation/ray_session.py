@@ -25,6 +25,13 @@ from filters.packaged import cache_root
 OBJECT_STORE_BYTES = 200 * 1024**2  # tasks pass file paths and small stats, never tables
 
 
+def check_address(address: str) -> None:
+    """What can be told about `--ray-address` before trying it."""
+    if address.startswith("ray://") and importlib.util.find_spec("grpc") is None:
+        raise SystemExit(f"curate: --ray-address {address} uses Ray Client, which needs grpcio: "
+                         "pip install 'pretrain-stack[cluster]' (or give the head's HOST:6379)")  # fmt: skip
+
+
 def connect(address: str | None, num_cpus: int | None, owner: str) -> bool:
     """Join `address`, or start a local Ray for the run in `owner` (its folder); True when this call started one
     (the caller then stops it)."""
@@ -36,11 +43,17 @@ def connect(address: str | None, num_cpus: int | None, owner: str) -> bool:
         import curation
         import filters
 
-        if address.startswith("ray://") and importlib.util.find_spec("grpc") is None:
-            raise SystemExit(f"curate: --ray-address {address} uses Ray Client, which needs grpcio: "
-                             "pip install 'pretrain-stack[cluster]' (or give the head's HOST:6379)")  # fmt: skip
+        check_address(address)
 
-        ray.init(address=address, runtime_env={"py_modules": [curation, filters]}, logging_level=logging.WARNING)
+        try:
+            ray.init(address=address, runtime_env={"py_modules": [curation, filters]}, logging_level=logging.WARNING)
+        except Exception as error:  # unreachable, refused, or a token it does not accept: one line, not a traceback
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+            raise SystemExit(
+                f"curate: could not join the Ray cluster at {address}: {reason}\n"
+                "  (a cluster started with token authentication needs the same RAY_AUTH_MODE=token and RAY_AUTH_TOKEN "
+                "in this shell as on its nodes)"
+            ) from None
         return False
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # read by each worker's pyarrow at import
     _stop_leftovers(owner)

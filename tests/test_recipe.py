@@ -86,3 +86,24 @@ def test_commoncrawl_rejects_bad_names_and_foreign_listings(tmp_path):
     listing.write_text("crawl-data/CC-MAIN-2023-50/segments/x/warc/a.warc.gz\n")
     with pytest.raises(ValueError, match="not a CC-MAIN-2024-10 WARC path"):
         commoncrawl_warc_urls("CC-MAIN-2024-10", paths_file=str(listing))
+
+
+def test_curate_run_usage_errors_are_one_line_before_ray_starts(tmp_path):
+    """Each exits before a Ray starts or a run folder appears, with one line naming the argument."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    (tmp_path / "a-file").write_text("")
+    cases = [
+        (["--input", str(tmp_path / "missing.warc.gz")], "missing.warc.gz' is not a file"),
+        (["--max-files", "0"], "--max-files: 0 is not a positive integer"),
+        (["--output", str(tmp_path / "a-file")], "is a file; give a folder"),
+    ]
+    if importlib.util.find_spec("grpc") is None:  # with pretrain-stack[cluster] installed, Ray Client would be tried
+        cases.append((["--ray-address", "ray://127.0.0.1:1"], "uses Ray Client, which needs grpcio"))
+    for arguments, message in cases:
+        done = subprocess.run([sys.executable, "-m", "curation", "run", "fineweb-snapshot", "--output", str(tmp_path / "out"),
+                               *arguments], capture_output=True, text=True, cwd=tmp_path, timeout=120)  # fmt: skip
+        assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr, (arguments, done.stderr)
+        assert not (tmp_path / "out").exists()
