@@ -51,24 +51,25 @@ def test_five_random_kills_then_a_rerun_equal_an_uninterrupted_run(many_files, t
     assert done.returncode == 0, done.stderr
     rng = random.Random(15)
     moments = []
-    for kill in range(5):
+    # when each kill strikes: once the run has made progress, once a dedup pass has, or while it is still starting
+    # (Ray start, the manifest read, the resume scan); progress adds up, so the last kill comes early in its run
+    for when in ("progress", "pass", "progress", "pass", "starting"):
         process = subprocess.Popen(CURATE + ["--input", inputs, "--output", str(chaos)], stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
         shards_at_start, passes_at_start = finished_tasks(chaos / "manifest.json")
-        in_pass = kill % 2 == 1  # every other kill waits for a dedup pass to make progress, then strikes
         deadline = time.time() + 120
-        while time.time() < deadline and process.poll() is None:
+        while when != "starting" and time.time() < deadline and process.poll() is None:
             shards, passes = finished_tasks(chaos / "manifest.json")
-            if (passes > passes_at_start) if in_pass else (shards > shards_at_start):
+            if (passes > passes_at_start) if when == "pass" else (shards > shards_at_start):
                 break
             time.sleep(0.01)
-        time.sleep(rng.uniform(0, 0.4))
-        assert process.poll() is None, "the run finished before this kill: give it more input"
-        moments.append(finished_tasks(chaos / "manifest.json"))
+        time.sleep(rng.uniform(0.5, 2.0) if when == "starting" else rng.uniform(0, 0.2))
+        assert process.poll() is None, f"the run finished before the {when!r} kill: give it more input"
+        moments.append((when, *finished_tasks(chaos / "manifest.json")))
         os.killpg(process.pid, signal.SIGKILL)  # the driver and its Ray
         process.wait()
-    print(f"kills at (stage-shards, pass tasks) done: {moments}")
-    assert any(passes for _, passes in moments), "no kill landed once a dedup pass had started"
+    print(f"kills at (when, stage-shards done, pass tasks done): {moments}")
+    assert any(passes for _, _, passes in moments), "no kill landed once a dedup pass had started"
     rerun = subprocess.run(CURATE + ["--input", inputs, "--output", str(chaos)], capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr
 

@@ -125,3 +125,12 @@ def test_a_node_lost_mid_run_loses_and_duplicates_no_shard(cluster, inputs, loca
     assert "raylet" in killed
     assert documents(output) == documents(local_run)
     assert not list(output.rglob("*.tmp-*"))
+
+
+def test_a_refused_join_is_one_line_naming_the_token_settings(cluster, inputs, tmp_path):
+    address, env, _ = cluster
+    wrong = {**env, "RAY_AUTH_TOKEN": secrets.token_hex(16)}
+    done = subprocess.run(CURATE + ["run", "fineweb-snapshot", "--input", inputs, "--output", str(tmp_path / "run"), "--ray-address", address],
+                          env=wrong, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"could not join the Ray cluster at {address}" in done.stderr and "RAY_AUTH_TOKEN" in done.stderr
