@@ -11,12 +11,11 @@ import fsspec
 import pyarrow as pa
 
 from curation.io import read_json, read_parquet, write_json_atomic, write_parquet_atomic, write_text_atomic
+from training.shard_contract import EOS_TOKEN as EOS
+from training.shard_contract import TOKEN_SCHEMA, TOKENIZER_FILE
 
-EOS = "<|endoftext|>"
-TOKEN_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("tokens", pa.list_(pa.int32())), ("n_tokens", pa.int32())])
 METADATA_COLUMNS = ("bucket", "quality_score", "language", "repository", "repo_has_tests")
 TOKENS_DIR = "tokens"
-TOKENIZER_FILE = "tokenizer.json"
 
 
 def curated_parts(run_dir: str) -> list[str]:

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from curation.sources import sample
-from curation.tokenize import TOKEN_SCHEMA
+from training.shard_contract import TOKEN_SCHEMA
 from training import metrics
 
 pytestmark = pytest.mark.slow
@@ -170,3 +170,31 @@ def test_two_nodes_by_c10d_rendezvous_killed_twice_resume_on_two_nodes_then_on_o
     rates = {name: metrics.load(str(workdir / name)).drop_duplicates("step", keep="last").set_index("step").lr
              for name in ("nodes-whole", "nodes-killed")}  # fmt: skip
     assert [rates["nodes-killed"][s] for s in range(5, 13)] == [rates["nodes-whole"][s] for s in range(5, 13)]
+
+
+def test_export_loads_in_transformers_with_our_logits_and_generates(workdir, tmp_path):
+    """`train export` of a 2-rank checkpoint: transformers loads it (model and tokenizer), its logits on curated text
+    match ours within 1e-4 in fp32, and generate() runs."""
+    transformers = pytest.importorskip("transformers", reason="transformers is in the test extra")
+    import torch
+
+    from training.export import find_checkpoint, load_model
+
+    run("training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "2", "--checkpoint-every", "2",
+        "--out", "to-export", cwd=workdir)  # fmt: skip
+    run("training", "export", "--checkpoint", "to-export", "--out", str(tmp_path / "hf"), cwd=workdir)
+    assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"} <= {
+        p.name for p in (tmp_path / "hf").iterdir()
+    }
+    ours = load_model(*find_checkpoint(workdir / "to-export"))
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), dtype=torch.float32).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    text = pq.read_table(sorted((workdir / "curated").glob("09_pii/part-*.parquet"))[0])["text"][0].as_py()
+    ids = tokenizer(text, return_tensors="pt").input_ids[:, :64]
+    assert ids.shape[1] == 64 and tokenizer.eos_token == "<|endoftext|>"
+    with torch.no_grad():
+        difference = (ours(ids) - theirs(ids).logits).abs().max().item()
+    print(f"\nexported model: max |logit difference| on 64 tokens of curated text = {difference:.2e}")
+    assert difference < 1e-4
+    generated = theirs.generate(ids[:, :8], max_new_tokens=5, do_sample=False, pad_token_id=tokenizer.eos_token_id)
+    assert generated.shape == (1, 13)

@@ -14,7 +14,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from curation.tokenize import EOS, TOKEN_SCHEMA, train_tokenizer
+from curation.tokenize import EOS, train_tokenizer
+from training.shard_contract import TOKEN_SCHEMA
 from training.attention import _sdpa, choose_attention
 from training.data import MixtureLoader, choose_sources
 from training.mixture import MixtureError, load_mixture

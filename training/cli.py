@@ -49,6 +49,28 @@ def _plan_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def cmd_export(argv: list[str]) -> int:
+    from training.export import export
+
+    parser = argparse.ArgumentParser(
+        prog="train export",
+        description="Write a training run's checkpoint as a Hugging Face Llama model (safetensors, config.json, "
+        "generation_config.json, tokenizer.json + tokenizer_config.json) that transformers, vLLM and "
+        "lm-evaluation-harness load. Reads a DCP checkpoint written by any number of ranks.",
+    )  # fmt: skip
+    parser.add_argument("--checkpoint", required=True, help="RUN (its latest complete checkpoint) or RUN/checkpoints/step-N")
+    parser.add_argument("--out", required=True, help="folder to write the model into")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="dtype of the saved weights")
+    args = parser.parse_args(argv)
+    try:
+        step = export(args.checkpoint, args.out, args.dtype)
+    except FileNotFoundError as error:
+        print(f"train export: {error}", file=sys.stderr)
+        return 2
+    print(f"exported {step} to {args.out}: load it with transformers' AutoModelForCausalLM.from_pretrained({args.out!r})")
+    return 0
+
+
 def cmd_plan(argv: list[str]) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -114,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["plan"]:
         return cmd_plan(argv[1:])
+    if argv[:1] == ["export"]:
+        return cmd_export(argv[1:])
     args = _parser().parse_args(argv)
     try:
         mixture = load_mixture(args.mixture)

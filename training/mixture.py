@@ -8,6 +8,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from training import storage
+from training.shard_contract import TOKENIZER_FILE
 
 
 class MixtureError(ValueError):
@@ -111,7 +112,7 @@ class Mixture(BaseModel):
         """Every source whose shards have a tokenizer.json beside them was tokenized with the mixture's tokenizer."""
         expected = json.loads(storage.read_text(self.tokenizer_path()))  # parsed: formatting differs between writers
         for name in self.source_names():
-            beside = storage.sibling(self.shard_files(name)[0], "tokenizer.json")
+            beside = storage.sibling(self.shard_files(name)[0], TOKENIZER_FILE)
             if storage.is_file(beside) and json.loads(storage.read_text(beside)) != expected:
                 raise MixtureError(
                     f"mixture {self.name!r}: source {name!r} was tokenized with {beside}, not {self.tokenizer_path()}; "
@@ -121,7 +122,7 @@ class Mixture(BaseModel):
     def tokenizer_path(self) -> str:
         if self.tokenizer:
             return self.tokenizer
-        return storage.sibling(self.shard_files(self.source_names()[0])[0], "tokenizer.json")
+        return storage.sibling(self.shard_files(self.source_names()[0])[0], TOKENIZER_FILE)
 
 
 def load_mixture(path: str) -> Mixture:

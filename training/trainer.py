@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 
 from training import checkpoint, storage
+from training.export import write_model_config
+from training.shard_contract import EOS_TOKEN, TOKENIZER_FILE
 from training.attention import choose_attention
 from training.config import TrainConfig
 from training.data import MixtureLoader
@@ -50,7 +52,7 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, format="%(message)s", stream=sys.stdout)
     torch.manual_seed(config.seed)
     tokenizer = Tokenizer.from_str(storage.read_text(mixture.tokenizer_path()))
-    eos_id = tokenizer.token_to_id("<|endoftext|>")
+    eos_id = tokenizer.token_to_id(EOS_TOKEN)
     model_config = config.model_config_for(tokenizer.get_vocab_size())
     param_dtype = torch.bfloat16 if config.dtype == "bf16" or (config.dtype == "auto" and device.type == "cuda") else torch.float32
 
@@ -71,6 +73,9 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
                            total_steps=config.steps)  # fmt: skip
 
     out.mkdir(parents=True, exist_ok=True)
+    if rank == 0:  # what `train export` needs besides the checkpoint
+        write_model_config(out, model_config)
+        (out / TOKENIZER_FILE).write_text(tokenizer.to_str())
     start = 0
     found = checkpoint.latest(out / "checkpoints") if resume else None
     if found:
