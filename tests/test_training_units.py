@@ -36,7 +36,26 @@ def test_sdpa_grouped_query_attention_matches_repeated_heads():
     repeated = _sdpa(q, k.repeat_interleave(2, dim=2), v.repeat_interleave(2, dim=2))
     assert torch.allclose(_sdpa(q, k, v), repeated, atol=1e-6)
     name, _ = choose_attention(torch.device("cpu"), torch.float32)
-    assert name.startswith("sdpa")
+    assert name.startswith("sdpa, PyTorch's choice")
+
+
+@pytest.mark.parametrize(
+    "kernel, message",
+    [("sdpa-flash", "SDPA backends are chosen on CUDA"), ("flash_attn", "sdpa-flash is PyTorch's FlashAttention"), ("fa9", "is not one of")],
+)
+def test_attention_kernels_that_cannot_run_here_say_why(kernel, message):
+    with pytest.raises(ValueError, match=message):
+        choose_attention(torch.device("cpu"), torch.bfloat16, kernel)
+
+
+def test_training_imports_nothing_from_curation_or_ray():
+    """So `train` runs where only torch is (a GPU image without Ray)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, training.cli, training.trainer, training.export, training.data, training.storage; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('curation', 'filters', 'ray')))")  # fmt: skip
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
 
 
 def test_attention_is_causal():

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from training import storage
+from training.attention import KERNELS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--micro-batch", type=int, dest="micro_batch", help="sequences per rank per forward")
     parser.add_argument("--lr", type=float)
     parser.add_argument("--dtype", choices=["auto", "bf16", "fp32"])
+    parser.add_argument("--attention", choices=list(KERNELS),
+                        help="auto: flash-attn when installed on CUDA in bf16, else SDPA; sdpa-flash/cudnn/efficient/math pin "
+                        "SDPA's kernel (sdpa-flash and sdpa-cudnn are FlashAttention inside PyTorch); the log names the choice")  # fmt: skip
     parser.add_argument("--checkpoint-every", type=int, dest="checkpoint_every")
     parser.add_argument("--lineage-every", type=int, dest="lineage_every", help="write every N-th batch's document ids")
     parser.add_argument("--seed", type=int)
@@ -124,7 +128,7 @@ def _num_params(config, mixture) -> int:
         return Transformer(config.model_config_for(vocab)).num_params()
 
 
-OVERRIDES = ("steps", "seq_len", "global_batch", "micro_batch", "lr", "dtype", "checkpoint_every", "lineage_every", "seed")
+OVERRIDES = ("steps", "seq_len", "global_batch", "micro_batch", "lr", "dtype", "attention", "checkpoint_every", "lineage_every", "seed")
 
 
 def main(argv: list[str] | None = None) -> int:

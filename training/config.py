@@ -29,6 +29,9 @@ class TrainConfig(BaseModel):
     clip: float = Field(1.0, gt=0)
     seed: int = 0
     dtype: Literal["auto", "bf16", "fp32"] = Field("auto", description="auto: bf16 params on CUDA, fp32 on CPU")
+    attention: Literal["auto", "flash_attn", "sdpa", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math"] = Field(
+        "auto", description="auto: flash-attn when installed on CUDA in bf16, else SDPA; sdpa-<backend> pins SDPA's kernel"
+    )
     activation_checkpointing: bool = False
     compile: bool = False
     log_every: int = Field(1, gt=0)

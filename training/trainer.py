@@ -60,7 +60,7 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
     # from the seed before sharding, so every rank count starts from the same weights
     with torch.device("meta" if device.type == "cuda" else "cpu"):
         model = Transformer(model_config)
-    attention_name, attend = choose_attention(device, param_dtype)
+    attention_name, attend = choose_attention(device, param_dtype, config.attention)
     model.set_attention(attend)
     num_params = model.num_params()
     mesh = init_device_mesh(device.type, (world,))
