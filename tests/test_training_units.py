@@ -48,6 +48,20 @@ def test_attention_kernels_that_cannot_run_here_say_why(kernel, message):
         choose_attention(torch.device("cpu"), torch.bfloat16, kernel)
 
 
+def test_gpu_check_dry_run_prints_its_plan_without_a_gpu():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--dry-run"], capture_output=True, text=True, env=env,
+                          cwd=Path(__file__).resolve().parents[1], timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "runs: sdpa-flash, sdpa-flash + compile, sdpa-cudnn, sdpa-cudnn + compile" in done.stdout
+    assert "load with torch alone" in done.stdout
+
+
 def test_training_imports_nothing_from_curation_or_ray():
     """So `train` runs where only torch is (a GPU image without Ray)."""
     import subprocess

@@ -1,13 +1,18 @@
 """Training metrics: JSONL on rank 0 (and TensorBoard when installed), MFU, loss-spike detection, `load()`."""
 
+from __future__ import annotations
+
 import json
 import math
 import resource
 from collections import deque
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import torch
+
+if TYPE_CHECKING:  # pandas only to load metrics: a GPU image may lack it
+    import pandas as pd
 
 METRICS_FILE = "metrics.jsonl"
 EVENTS_FILE = "events.jsonl"
@@ -113,6 +118,8 @@ class ProgressLine:
 
 def load(run_dir: str) -> pd.DataFrame:
     """One row per logged step; dict-valued metrics become `name.key` columns (e.g. `loss_per_source.web`)."""
+    import pandas as pd
+
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"no {METRICS_FILE} in {run_dir}: is it the --out folder of `train`?")

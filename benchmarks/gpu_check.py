@@ -1,0 +1,112 @@
+"""The trainer's GPU path on one lent GPU (an H200): the 1B config under FSDP2 in bf16, per attention kernel, with and
+without torch.compile, in one table. Run by benchmarks/gpu_check.sh; `--dry-run` prints the plan and checks the
+imports on any machine.
+
+Synthetic random tokens (the data path is not what is measured), the same seed for every run, so the first steps'
+losses must agree across kernels within bf16 tolerance. Per run: tokens/s, TFLOP/s and MFU against the device's dense
+bf16 peak (training/metrics.py: H200 989 TFLOP/s), and peak memory (reset between runs). Imports only torch and the
+model, attention and parallelize modules: no pydantic, no Ray (the lent machine has neither).
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+
+from training.attention import _flash_attn_func, choose_attention
+from training.metrics import peak_flops
+from training.model import MODEL_CONFIGS, Transformer, flops_per_token
+from training.parallelize import parallelize
+
+LOSS_TOLERANCE = 0.02  # bf16: the first steps' losses of two kernels agree to about 1%
+
+
+def plan(with_flash_attn: bool) -> list[tuple[str, bool]]:
+    kernels = ["sdpa-flash", "sdpa-cudnn"] + (["flash_attn"] if with_flash_attn else [])
+    return [(kernel, compiled) for kernel in kernels for compiled in (False, True)]
+
+
+def measure(kernel: str, compiled: bool, args, mesh, device) -> dict:
+    torch.manual_seed(0)
+    config = MODEL_CONFIGS[args.config]
+    _, attend = choose_attention(device, torch.bfloat16, kernel)
+    with torch.device("meta"):
+        model = Transformer(config)
+    model.set_attention(attend)
+    parallelize(model, mesh, torch.bfloat16, activation_checkpointing=args.ac, compile_blocks=compiled)
+    with torch.no_grad():
+        model.init_weights(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    generator = torch.Generator(device=device).manual_seed(1)
+    tokens = torch.randint(0, config.vocab_size, (args.micro_batch, args.seq_len + 1), device=device, generator=generator)
+    torch.cuda.reset_peak_memory_stats(device)
+    losses = []
+    for step in range(args.warmup + args.steps):
+        if step == args.warmup:
+            torch.cuda.synchronize()
+            started = time.perf_counter()
+        logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step < 3:
+            losses.append(loss.item())
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - started
+    per_gpu = args.steps * args.micro_batch * args.seq_len / seconds
+    result = {"tokens_per_s": per_gpu, "flops": per_gpu * flops_per_token(config, model.num_params(), args.seq_len),
+              "memory_gib": torch.cuda.max_memory_allocated(device) / 2**30, "losses": losses}  # fmt: skip
+    del model, optimizer
+    torch.cuda.empty_cache()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="1b")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--seq-len", type=int, default=2048)
+    parser.add_argument("--micro-batch", type=int, default=4)
+    parser.add_argument("--ac", action="store_true", help="activation checkpointing")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and check the imports, without a GPU")
+    args = parser.parse_args()
+    runs = plan(_flash_attn_func() is not None)
+    config = MODEL_CONFIGS[args.config]
+    print(f"plan: {args.config} ({Transformer.__name__}, dim {config.dim}, {config.n_layers} layers), FSDP2 bf16 params / "
+          f"fp32 reduce, seq_len {args.seq_len}, micro batch {args.micro_batch}, {args.warmup} warm-up + {args.steps} timed "
+          f"steps; runs: {', '.join(kernel + (' + compile' if compiled else '') for kernel, compiled in runs)}")  # fmt: skip
+    print(f"torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}, flash-attn importable: {_flash_attn_func() is not None}")
+    absent = [name for name in ("pydantic", "ray", "pandas", "curation") if name in sys.modules]
+    print(f"imports: training's model, attention, parallelize and metrics load with torch alone{'' if not absent else f'; but also {absent}'}")
+    if args.dry_run:
+        return
+    dist.init_process_group("nccl")
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    torch.cuda.set_device(device)
+    mesh = init_device_mesh("cuda", (dist.get_world_size(),))
+    device_name, peak = peak_flops(device)
+    results = [(kernel, compiled, measure(kernel, compiled, args, mesh, device)) for kernel, compiled in runs]
+    if dist.get_rank() == 0:
+        print(f"{args.config} on {dist.get_world_size()} x {device_name}; peak {peak / 1e12 if peak else 'unknown'} TFLOP/s dense bf16")
+        print(f"{'kernel':<22}{'tokens/s/GPU':>14}{'TFLOP/s':>9}{'MFU':>7}{'peak GiB':>10}  first losses")
+        for kernel, compiled, r in results:
+            mfu = f"{r['flops'] / peak:.1%}" if peak else "?"
+            name = kernel + (" + compile" if compiled else "")
+            print(f"{name:<22}{r['tokens_per_s']:>14,.0f}{r['flops'] / 1e12:>9.1f}{mfu:>7}{r['memory_gib']:>10.1f}  "
+                  + " ".join(f"{loss:.4f}" for loss in r["losses"]))  # fmt: skip
+        reference = results[0][2]["losses"]
+        worst = max(abs(a - b) / a for _, _, r in results for a, b in zip(reference, r["losses"]))
+        print(f"first losses agree across kernels within {worst:.2%} (tolerance {LOSS_TOLERANCE:.0%}): {'OK' if worst <= LOSS_TOLERANCE else 'MISMATCH'}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
