@@ -154,6 +154,8 @@ def test_two_nodes_by_c10d_rendezvous_killed_twice_resume_on_two_nodes_then_on_o
     finish(two_nodes("nodes-whole"))
     whole = losses(workdir / "nodes-whole")
     assert sorted(whole) == list(range(1, 13))
+    saved = json.loads((workdir / "nodes-whole" / "checkpoints" / "step-00000012" / "train_state.json").read_text())
+    assert len(saved["rng"]) == 2  # each rank's own generator state, not rank 0's for all
     checkpoints = workdir / "nodes-killed" / "checkpoints"
     kill_at(two_nodes("nodes-killed"), checkpoints / "step-00000004")
     kill_at(two_nodes("nodes-killed", "--resume"), checkpoints / "step-00000008")
@@ -198,3 +200,26 @@ def test_export_loads_in_transformers_with_our_logits_and_generates(workdir, tmp
     assert difference < 1e-4
     generated = theirs.generate(ids[:, :8], max_new_tokens=5, do_sample=False, pad_token_id=tokenizer.eos_token_id)
     assert generated.shape == (1, 13)
+
+
+def test_bf16_with_activation_checkpointing_and_compile_resumes_bit_identically(workdir):
+    """The GPU configuration on 2 CPU ranks: bf16 parameters (MixedPrecisionPolicy, fp32 reduce), activation
+    checkpointing and torch.compile together; killed after its first checkpoint and resumed, the losses and LR of
+    the remaining steps are bit-identical to an uninterrupted run."""
+    (workdir / "bf16.yaml").write_text(SETTINGS.replace("dtype: fp32", "dtype: bf16") + "activation_checkpointing: true\ncompile: true\n")
+    common = ["training", "--mixture", "two.yaml", "--config", "bf16.yaml", "--steps", "6", "--checkpoint-every", "3"]
+    run(*common, "--out", "bf16-whole", cwd=workdir)
+    whole = metrics.load(str(workdir / "bf16-whole")).set_index("step")
+    assert list(whole.index) == list(range(1, 7)) and whole.loss.notna().all()
+    process = subprocess.Popen([sys.executable, "-m", *common, "--out", "bf16-killed"], cwd=workdir,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    first = workdir / "bf16-killed" / "checkpoints" / "step-00000003"
+    deadline = time.time() + 600
+    while not (first / "train_state.json").exists() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert (first / "train_state.json").exists(), "the run ended before its first checkpoint"
+    run(*common, "--out", "bf16-killed", "--resume", cwd=workdir)
+    killed = metrics.load(str(workdir / "bf16-killed")).set_index("step")
+    assert list(killed.loc[4:6].loss) == list(whole.loc[4:6].loss) and list(killed.loc[4:6].lr) == list(whole.loc[4:6].lr)

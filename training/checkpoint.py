@@ -55,11 +55,12 @@ def save(folder: str | Path, step: int, model, optimizer, train_state: dict, kee
     dist.barrier()
     model_state, optim_state = get_state_dict(model, optimizer)
     dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp))
-    dist.barrier()
+    rngs = [None] * dist.get_world_size()
+    dist.all_gather_object(rngs, rng_state())  # every rank's own generators, not rank 0's for all
     if rank == 0:
         state_path = tmp / STATE_FILE
         with open(state_path, "w") as handle:
-            json.dump({**train_state, "step": step, "rng": rng_state()}, handle)
+            json.dump({**train_state, "step": step, "rng": rngs}, handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.rename(tmp, final)
@@ -78,5 +79,6 @@ def load(path: str | Path, model, optimizer) -> dict:
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     with open(Path(path) / STATE_FILE) as handle:
         train_state = json.load(handle)
-    set_rng_state(train_state["rng"])
+    rngs = train_state["rng"] if isinstance(train_state["rng"], list) else [train_state["rng"]]
+    set_rng_state(rngs[dist.get_rank() % len(rngs)])  # on another rank count, rank r takes saved rank r mod n
     return train_state

@@ -131,11 +131,34 @@ def _num_params(config, mixture) -> int:
 OVERRIDES = ("steps", "seq_len", "global_batch", "micro_batch", "lr", "dtype", "attention", "checkpoint_every", "lineage_every", "seed")
 
 
-def main(argv: list[str] | None = None) -> int:
+VALIDATED = "TRAIN_VALIDATED"  # set by `train` for the ranks it launches
+
+
+def _validate(args, mixture, config) -> None:
+    """Shards and tokenizer found and shared, repetition within the sources' caps, no run clobbered: raises
+    MixtureError or ValueError with one line."""
     from training import checkpoint
+    from training.mixture import MixtureError
+    from training.plan import over_cap, plan
+
+    for name in mixture.source_names():
+        mixture.shard_files(name)
+    if not storage.is_file(mixture.tokenizer_path()):
+        raise MixtureError(f"tokenizer not found: {mixture.tokenizer_path()}")
+    mixture.check_one_tokenizer()
+    if "LOCAL_RANK" not in os.environ:  # not in every rank of a torchrun launched by hand: it reads every shard
+        problem = over_cap(plan(mixture, config.steps * config.global_batch * config.seq_len)[1])
+        if problem:
+            raise ValueError(f"{problem} (see `train plan --mixture {args.mixture}`)")
+    previous = checkpoint.latest(Path(args.out) / "checkpoints")
+    if previous and not args.resume:
+        raise ValueError(f"{args.out} already holds a run (latest checkpoint {previous.name}): pass --resume to "
+                         "continue it, or choose another --out")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
     from training.config import load_config
     from training.mixture import MixtureError, load_mixture
-    from training.plan import over_cap, plan
 
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["plan"]:
@@ -145,26 +168,16 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         mixture = load_mixture(args.mixture)
-        for name in mixture.source_names():
-            mixture.shard_files(name)
-        if not storage.is_file(mixture.tokenizer_path()):
-            raise MixtureError(f"tokenizer not found: {mixture.tokenizer_path()}")
-        mixture.check_one_tokenizer()
         config = load_config(args.config, **{k: getattr(args, k) for k in OVERRIDES})
-        if "LOCAL_RANK" not in os.environ:  # once, before launching: would the mixture repeat a source too often?
-            problem = over_cap(plan(mixture, config.steps * config.global_batch * config.seq_len)[1])
-            if problem:
-                raise ValueError(f"{problem} (see `train plan --mixture {args.mixture}`)")
-        previous = checkpoint.latest(Path(args.out) / "checkpoints")
-        if previous and not args.resume:
-            raise ValueError(f"{args.out} already holds a run (latest checkpoint {previous.name}): pass --resume to "
-                             "continue it, or choose another --out")  # fmt: skip
+        if os.environ.get(VALIDATED) != "1":  # the ranks our own launch starts skip what it checked
+            _validate(args, mixture, config)
     except (MixtureError, ValueError) as error:
         print(f"train: {error}", file=sys.stderr)
         return 2
     if "LOCAL_RANK" not in os.environ:
         ranks = args.ranks or (torch.cuda.device_count() or 2)
         launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", "-m", "training"]
+        os.environ[VALIDATED] = "1"
         os.execv(sys.executable, launch + argv)
     from training.trainer import train
 
