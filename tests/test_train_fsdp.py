@@ -48,6 +48,19 @@ def workdir(tmp_path_factory) -> Path:
     return folder
 
 
+def kill_at_checkpoint(workdir: Path, command: list[str], out: str, step: int) -> None:
+    """Run `command` into `out` and SIGKILL it as soon as its step-`step` checkpoint is complete."""
+    process = subprocess.Popen([sys.executable, "-m", *command, "--out", out], cwd=workdir,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    checkpoint = workdir / out / "checkpoints" / f"step-{step:08d}"
+    deadline = time.time() + 600
+    while not (checkpoint / "train_state.json").exists() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert (checkpoint / "train_state.json").exists(), "the run ended before its checkpoint"
+
+
 def losses(out: Path) -> dict[int, float]:
     frame = metrics.load(str(out)).drop_duplicates("step", keep="last")
     return dict(zip(frame.step, frame.loss))
@@ -80,15 +93,7 @@ def test_kill_mid_phase_and_resume_is_bit_identical_and_one_rank_resumes_two_ran
     frame = metrics.load(str(workdir / "whole")).drop_duplicates("step", keep="last")
     assert list(frame.phase) == ["warm"] * 6 + ["anneal"] * 6
 
-    process = subprocess.Popen([sys.executable, "-m", *common, "--out", "killed"], cwd=workdir,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-    first = workdir / "killed" / "checkpoints" / "step-00000004"
-    deadline = time.time() + 600
-    while not (first / "train_state.json").exists() and time.time() < deadline and process.poll() is None:
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    assert (first / "train_state.json").exists(), "the run ended before its first checkpoint"
+    kill_at_checkpoint(workdir, common, "killed", 4)
     assert not (workdir / "killed" / "checkpoints" / "step-00000012").exists(), "the run finished before the kill"
     resumed_from = max(int(p.name[5:]) for p in (workdir / "killed" / "checkpoints").glob("step-????????"))
     run(*common, "--out", "killed", "--resume", cwd=workdir)
@@ -211,15 +216,7 @@ def test_bf16_with_activation_checkpointing_and_compile_resumes_bit_identically(
     run(*common, "--out", "bf16-whole", cwd=workdir)
     whole = metrics.load(str(workdir / "bf16-whole")).set_index("step")
     assert list(whole.index) == list(range(1, 7)) and whole.loss.notna().all()
-    process = subprocess.Popen([sys.executable, "-m", *common, "--out", "bf16-killed"], cwd=workdir,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-    first = workdir / "bf16-killed" / "checkpoints" / "step-00000003"
-    deadline = time.time() + 600
-    while not (first / "train_state.json").exists() and time.time() < deadline and process.poll() is None:
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    assert (first / "train_state.json").exists(), "the run ended before its first checkpoint"
+    kill_at_checkpoint(workdir, common, "bf16-killed", 3)
     run(*common, "--out", "bf16-killed", "--resume", cwd=workdir)
     killed = metrics.load(str(workdir / "bf16-killed")).set_index("step")
     assert list(killed.loc[4:6].loss) == list(whole.loc[4:6].loss) and list(killed.loc[4:6].lr) == list(whole.loc[4:6].lr)
