@@ -5,15 +5,26 @@ import uuid
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from fsspec.implementations.local import LocalFileSystem
 
 TMP_MARK = ".tmp-"
+
+
+def _rename(fs, tmp: str, path: str) -> None:
+    """tmp -> path. A local rename is atomic; an object store has none, but a single-object copy makes the final
+    object appear whole or not at all (fsspec's generic mv would list prefixes on the way, slow on big buckets)."""
+    if isinstance(fs, LocalFileSystem):
+        fs.mv(tmp, path)
+    else:
+        fs.cp_file(tmp, path)
+        fs.rm_file(tmp)
 
 
 def write_parquet_atomic(fs, path: str, table: pa.Table) -> None:
     tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
     with fs.open(tmp, "wb") as handle:
         pq.write_table(table, handle, compression="zstd")
-    fs.mv(tmp, path)
+    _rename(fs, tmp, path)
 
 
 class ParquetPartWriter:
@@ -39,14 +50,14 @@ class ParquetPartWriter:
         if self.writer is not None:
             self.writer.close()
             self.handle.close()
-            self.fs.mv(self.tmp, self.path)
+            _rename(self.fs, self.tmp, self.path)
 
 
 def write_text_atomic(fs, path: str, text: str) -> None:
     tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
     with fs.open(tmp, "w") as handle:
         handle.write(text)
-    fs.mv(tmp, path)
+    _rename(fs, tmp, path)
 
 
 def write_json_atomic(fs, path: str, data: object) -> None:
