@@ -14,16 +14,16 @@ import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 
 from training import checkpoint, storage
-from training.export import write_model_config
-from training.shard_contract import EOS_TOKEN, TOKENIZER_FILE
 from training.attention import choose_attention
 from training.config import TrainConfig
 from training.data import MixtureLoader
+from training.export import write_model_config
 from training.metrics import MetricsWriter, ProgressLine, SpikeDetector, peak_flops, peak_memory_mb
 from training.mixture import Mixture
 from training.model import Transformer, flops_per_token
 from training.parallelize import parallelize
 from training.schedule import lr_at
+from training.shard_contract import EOS_TOKEN, TOKENIZER_FILE
 
 log = logging.getLogger("train")
 
@@ -43,6 +43,82 @@ def _optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optim
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2), foreach=True)
+
+
+def train_step(model, optimizer, batches, sources: int, device: torch.device, clip: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward and backward over the step's micro-batches, clip, optimizer step. Returns the per-source loss sums
+    followed by the per-source token counts (summed over all ranks) and the gradient norm."""
+    sums = torch.zeros(2 * sources, dtype=torch.float64, device=device)
+    for batch in batches:
+        inputs, targets = batch.inputs.to(device), batch.targets.to(device)
+        logits = model(inputs)
+        token_loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
+        (token_loss.mean() / len(batches)).backward()
+        source = batch.sources.to(device)
+        sums[:sources].index_add_(0, source, token_loss.detach().sum(dim=1).double())
+        sums[sources:].index_add_(0, source, torch.full_like(source, targets.shape[1], dtype=torch.float64))
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    dist.all_reduce(sums)
+    return sums, grad_norm
+
+
+class StepLog:
+    """Rank 0's view of each step: spikes and lineage to events.jsonl / lineage.jsonl, metrics every `log_every`
+    steps to metrics.jsonl (and TensorBoard), and the progress line."""
+
+    def __init__(self, config: TrainConfig, mixture: Mixture, loader: MixtureLoader, out: Path, start: int, world: int,
+                 per_token: float, peak: float | None, device: torch.device):  # fmt: skip
+        self.config, self.mixture, self.loader, self.out = config, mixture, loader, out
+        self.world, self.per_token, self.peak, self.device = world, per_token, peak, device
+        self.writer, self.line = MetricsWriter(out), ProgressLine(config.steps, start)
+        self.tokens_per_step = config.global_batch * config.seq_len
+        self.timer = time.perf_counter()
+
+    def __call__(self, done: int, loss: float, verdict: str | None, sums: torch.Tensor, grad_norm: torch.Tensor, lr: float) -> None:
+        config, loader, names = self.config, self.loader, self.loader.names
+        if verdict or (config.lineage_every and done % config.lineage_every == 0):
+            entry = {"step": done, "loss": loss, "sequences": loader.last_step_documents()}
+            if verdict:
+                self.writer.event({**entry, "event": verdict})
+                self.line.print(f"[yellow]step {done}: loss {loss:.4f} is a {verdict}; its documents are in events.jsonl[/]")
+            else:
+                with open(self.out / "lineage.jsonl", "a") as handle:
+                    handle.write(json.dumps(entry) + "\n")
+        if done % config.log_every and done != config.steps:
+            return
+        elapsed = time.perf_counter() - self.timer
+        tokens_per_s = self.tokens_per_step * config.log_every / elapsed if elapsed > 0 else 0.0
+        seen = loader.tokens_per_source()
+        total_seen = sum(seen.values())
+        counts = sums[len(names) :]
+        record = {
+            "step": done,
+            "loss": loss,
+            "loss_per_source": {n: (sums[i] / counts[i]).item() for i, n in enumerate(names) if counts[i] > 0},
+            "tokens_per_source": seen,
+            "token_share": {n: seen[n] / total_seen for n in names},
+            "phase": self.mixture.phases[loader.phase].name,
+            "target_weight": dict(zip(names, self.mixture.weights(loader.phase))),
+            "lr": lr,
+            "grad_norm": grad_norm.item(),
+            "tokens_per_s": tokens_per_s,
+            "mfu": (tokens_per_s / self.world * self.per_token / self.peak) if self.peak else "unknown",
+            "peak_memory_mb": peak_memory_mb(self.device),
+        }
+        self.writer.log(record)
+        mfu = f"{record['mfu']:.1%}" if self.peak else "unknown"
+        self.line.update(done, loss, tokens_per_s, mfu)
+        per_source = " ".join(f"{n} {v:.3f}" for n, v in record["loss_per_source"].items())
+        self.line.print(f"step {done:>6}/{config.steps}  loss {loss:.4f} ({per_source})  lr {lr:.2e}  "
+                        f"grad {record['grad_norm']:.3f}  {tokens_per_s:,.0f} tok/s  MFU {mfu}")  # fmt: skip
+        self.timer = time.perf_counter()
+
+    def close(self) -> None:
+        self.writer.close()
+        self.line.close()
 
 
 def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> None:
@@ -91,79 +167,24 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
                  + (f"; resumed from {found.name}" if found else ""))  # fmt: skip
         if start >= config.steps:
             log.info(f"already at step {start} of {config.steps}: nothing to train (raise --steps to continue)")
-    writer = MetricsWriter(out) if rank == 0 else None
-    line = ProgressLine(config.steps, start) if rank == 0 else None
+    step_log = StepLog(config, mixture, loader, out, start, world, per_token, peak, device) if rank == 0 else None
     spikes = SpikeDetector(config.spike_sigma)
-    names = loader.names
-    tokens_per_step = config.global_batch * config.seq_len
-    timer = time.perf_counter()
-
     for step in range(start, config.steps):
         lr = lr_at(step, peak=config.lr, min_lr=config.min_lr, warmup=config.warmup, total=config.steps,
                    kind=config.schedule, decay_frac=config.decay_frac)  # fmt: skip
         for group in optimizer.param_groups:
             group["lr"] = lr
-        batches = loader.next_step()
-        sums = torch.zeros(2 * len(names), dtype=torch.float64, device=device)  # loss sums, then token counts
-        for batch in batches:
-            inputs, targets = batch.inputs.to(device), batch.targets.to(device)
-            logits = model(inputs)
-            token_loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
-            (token_loss.mean() / len(batches)).backward()
-            sources = batch.sources.to(device)
-            sums[: len(names)].index_add_(0, sources, token_loss.detach().sum(dim=1).double())
-            sums[len(names) :].index_add_(0, sources, torch.full_like(sources, targets.shape[1], dtype=torch.float64))
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
-        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        dist.all_reduce(sums)
-        loss = (sums[: len(names)].sum() / sums[len(names) :].sum()).item()
+        sums, grad_norm = train_step(model, optimizer, loader.next_step(), len(loader.names), device, config.clip)
+        loss = (sums[: len(loader.names)].sum() / sums[len(loader.names) :].sum()).item()
         verdict = spikes(loss)
         done = step + 1
-
-        if rank == 0:
-            if verdict or (config.lineage_every and done % config.lineage_every == 0):
-                entry = {"step": done, "loss": loss, "sequences": loader.last_step_documents()}
-                if verdict:
-                    writer.event({**entry, "event": verdict})
-                    line.print(f"[yellow]step {done}: loss {loss:.4f} is a {verdict}; its documents are in events.jsonl[/]")
-                else:
-                    with open(out / "lineage.jsonl", "a") as handle:
-                        handle.write(json.dumps(entry) + "\n")
-            if done % config.log_every == 0 or done == config.steps:
-                elapsed = time.perf_counter() - timer
-                tokens_per_s = tokens_per_step * config.log_every / elapsed if elapsed > 0 else 0.0
-                seen = loader.tokens_per_source()
-                total_seen = sum(seen.values())
-                counts = sums[len(names) :]
-                record = {
-                    "step": done,
-                    "loss": loss,
-                    "loss_per_source": {n: (sums[i] / counts[i]).item() for i, n in enumerate(names) if counts[i] > 0},
-                    "tokens_per_source": seen,
-                    "token_share": {n: seen[n] / total_seen for n in names},
-                    "phase": mixture.phases[loader.phase].name,
-                    "target_weight": dict(zip(names, mixture.weights(loader.phase))),
-                    "lr": lr,
-                    "grad_norm": grad_norm.item(),
-                    "tokens_per_s": tokens_per_s,
-                    "mfu": (tokens_per_s / world * per_token / peak) if peak else "unknown",
-                    "peak_memory_mb": peak_memory_mb(device),
-                }
-                writer.log(record)
-                mfu = f"{record['mfu']:.1%}" if peak else "unknown"
-                line.update(done, loss, tokens_per_s, mfu)
-                per_source = " ".join(f"{n} {v:.3f}" for n, v in record["loss_per_source"].items())
-                line.print(f"step {done:>6}/{config.steps}  loss {loss:.4f} ({per_source})  lr {lr:.2e}  "
-                           f"grad {record['grad_norm']:.3f}  {tokens_per_s:,.0f} tok/s  MFU {mfu}")  # fmt: skip
-                timer = time.perf_counter()
+        if step_log:
+            step_log(done, loss, verdict, sums, grad_norm, lr)
         if done % config.checkpoint_every == 0 or done == config.steps:
             checkpoint.save(out / "checkpoints", done, model, optimizer, {"data": loader.state_dict()}, config.keep_checkpoints)
 
-    if writer:
-        writer.close()
-        line.close()
+    if step_log:
+        step_log.close()
     dist.barrier()
     dist.destroy_process_group()
     sys.stdout.flush()
