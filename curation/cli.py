@@ -67,6 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     tokenize.add_argument("output", nargs="+", help="folders written by `curate run`")
     tokenize.add_argument("--tokenizer", help="an HF tokenizers tokenizer.json to use (must have <|endoftext|>)")
     tokenize.add_argument("--vocab-size", type=int, default=8192, help="vocabulary of a newly trained tokenizer")
+    tokenize.add_argument("--validation-fraction", type=float, dest="validation_fraction",
+                          help="documents held out for validation loss, chosen by a hash of their id (column `split`); "
+                          "`train` never trains on them (default: 1 in 100)")  # fmt: skip
 
     quality = commands.add_parser("quality", help="train or evaluate a fastText quality classifier")
     quality_commands = quality.add_subparsers(dest="quality_command", required=True)
@@ -296,17 +299,19 @@ def cmd_tokenize(args) -> int:
     from curation.tokenize import tokenize_runs
 
     try:
-        runs = tokenize_runs(args.output, args.tokenizer, args.vocab_size)
+        held_out = {} if args.validation_fraction is None else {"validation_fraction": args.validation_fraction}
+        runs = tokenize_runs(args.output, args.tokenizer, args.vocab_size, **held_out)
     except (FileNotFoundError, ValueError) as error:
         print(f"curate: {error}", file=sys.stderr)
         return 2
     vocabulary = next(iter(runs.values()))["vocab_size"]
     table = Table(title=f"Tokens (one tokenizer, vocabulary {vocabulary:,})")
-    for column in ("run", "source", "documents", "tokens"):
+    for column in ("run", "source", "documents", "tokens", "held out: documents", "held out: tokens"):
         table.add_column(column, justify="left" if column in ("run", "source") else "right")
     for run_dir, stats in runs.items():
         for source, counts in stats["sources"].items():
-            table.add_row(f"{run_dir}/tokens", source, f"{counts['documents']:,}", f"{counts['tokens']:,}")
+            table.add_row(f"{run_dir}/tokens", source, f"{counts['documents']:,}", f"{counts['tokens']:,}",
+                          f"{counts['validation_documents']:,}", f"{counts['validation_tokens']:,}")  # fmt: skip
     _console().print(table)
     return 0
 

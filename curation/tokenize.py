@@ -1,5 +1,8 @@
-"""Curated text -> token shards (`id`, `source`, `tokens: list<int32>`, `n_tokens`, and the curation columns a
-mixture can select by: `bucket`, `quality_score`, `language`, `repository`, `repo_has_tests`) with the tokenizer.
+"""Curated text -> token shards (`id`, `source`, `tokens: list<int32>`, `n_tokens`, `split`, and the curation columns
+a mixture can select by: `bucket`, `quality_score`, `language`, `repository`, `repo_has_tests`) with the tokenizer.
+
+`split` holds out a validation slice by a hash of each document's id (`shard_contract.held_out`): the same documents
+whatever the run, never trained on, scored by `train` every `eval_every` steps.
 
 With no tokenizer given, a byte-level BPE is trained with HF `tokenizers` on the curated text itself.
 """
@@ -12,10 +15,11 @@ import pyarrow as pa
 
 from curation.io import read_json, read_parquet, write_json_atomic, write_parquet_atomic, write_text_atomic
 from training.shard_contract import EOS_TOKEN as EOS
-from training.shard_contract import TOKEN_SCHEMA, TOKENIZER_FILE
+from training.shard_contract import SPLIT_COLUMN, TOKEN_SCHEMA, TOKENIZER_FILE, TRAIN, VALIDATION, held_out
 
 METADATA_COLUMNS = ("bucket", "quality_score", "language", "repository", "repo_has_tests")
 TOKENS_DIR = "tokens"
+VALIDATION_FRACTION = 0.01
 
 
 def curated_parts(run_dir: str) -> list[str]:
@@ -44,9 +48,13 @@ def train_tokenizer(texts, vocab_size: int):
     return tokenizer
 
 
-def tokenize_runs(run_dirs: list[str], tokenizer_path: str | None = None, vocab_size: int = 8192) -> dict[str, dict]:
+def tokenize_runs(run_dirs: list[str], tokenizer_path: str | None = None, vocab_size: int = 8192,
+                  validation_fraction: float = VALIDATION_FRACTION) -> dict[str, dict]:  # fmt: skip
     """Tokenize several runs with ONE tokenizer (a mixture's sources must share it): the given one, or a byte-level
-    BPE trained on the curated text of all of them. Returns each run's stats."""
+    BPE trained on the curated text of all of them (held-out documents included: a tokenizer is not trained on the
+    loss). Returns each run's stats."""
+    if not 0 <= validation_fraction < 1:
+        raise ValueError(f"--validation-fraction {validation_fraction} is not in [0, 1)")
     from tokenizers import Tokenizer
 
     parts = {run_dir: curated_parts(run_dir) for run_dir in run_dirs}  # every run checked before any work
@@ -60,16 +68,16 @@ def tokenize_runs(run_dirs: list[str], tokenizer_path: str | None = None, vocab_
     tokenizer = Tokenizer.from_file(tokenizer_path) if tokenizer_path else train_tokenizer(texts(), vocab_size)
     if tokenizer.token_to_id(EOS) is None:
         raise ValueError(f"tokenizer {tokenizer_path} has no {EOS} token to separate documents")
-    return {run_dir: _write_tokens(run_dir, run_parts, tokenizer) for run_dir, run_parts in parts.items()}
+    return {run_dir: _write_tokens(run_dir, run_parts, tokenizer, validation_fraction) for run_dir, run_parts in parts.items()}
 
 
-def _write_tokens(run_dir: str, parts: list[str], tokenizer, batch_size: int = 1024) -> dict:
+def _write_tokens(run_dir: str, parts: list[str], tokenizer, validation_fraction: float, batch_size: int = 1024) -> dict:
     fs, root = fsspec.core.url_to_fs(run_dir)
     out = f"{root.rstrip('/')}/{TOKENS_DIR}"
     fs.makedirs(out, exist_ok=True)
     write_text_atomic(fs, f"{out}/{TOKENIZER_FILE}", tokenizer.to_str())
 
-    docs, tokens, buckets, bucket_docs = Counter(), Counter(), Counter(), Counter()
+    docs, tokens, buckets, bucket_docs, held_docs, held_tokens = Counter(), Counter(), Counter(), Counter(), Counter(), Counter()
     for part in parts:
         table = read_parquet(fs, part)
         ids, sources, encoded = [], [], []
@@ -79,10 +87,14 @@ def _write_tokens(run_dir: str, parts: list[str], tokenizer, batch_size: int = 1
             ids += chunk["id"].to_pylist()
             sources += chunk["source"].to_pylist()
         counts = [len(e) for e in encoded]
-        for source, count in zip(sources, counts):
+        splits = [VALIDATION if held_out(doc_id, validation_fraction) else TRAIN for doc_id in ids]
+        for source, count, split in zip(sources, counts, splits):
             docs[source] += 1
             tokens[source] += count
+            held_docs[source] += split == VALIDATION
+            held_tokens[source] += count if split == VALIDATION else 0
         shard = pa.table({"id": ids, "source": sources, "tokens": encoded, "n_tokens": counts}, schema=TOKEN_SCHEMA)
+        shard = shard.append_column(SPLIT_COLUMN, pa.array(splits, pa.string()))
         for column in METADATA_COLUMNS:
             if column in table.column_names:
                 shard = shard.append_column(table.schema.field(column), table[column])
@@ -95,7 +107,9 @@ def _write_tokens(run_dir: str, parts: list[str], tokenizer, batch_size: int = 1
         "tokenizer": TOKENIZER_FILE,
         "vocab_size": tokenizer.get_vocab_size(),
         "eos_id": tokenizer.token_to_id(EOS),
-        "sources": {s: {"documents": docs[s], "tokens": tokens[s]} for s in sorted(docs)},
+        "validation_fraction": validation_fraction,
+        "sources": {s: {"documents": docs[s], "tokens": tokens[s], "validation_documents": held_docs[s],
+                        "validation_tokens": held_tokens[s]} for s in sorted(docs)},  # fmt: skip
         "buckets": {b: {"documents": bucket_docs[b], "tokens": buckets[b]} for b in sorted(buckets, key=str)},
     }
     write_json_atomic(fs, f"{out}/stats.json", stats)

@@ -3,6 +3,7 @@
 import glob
 import inspect
 import json
+import math
 import string
 import textwrap
 from pathlib import Path
@@ -18,7 +19,7 @@ from curation.tokenize import EOS, train_tokenizer
 from training.shard_contract import TOKEN_SCHEMA
 from training.attention import _sdpa, choose_attention
 from training.data import MixtureLoader, choose_sources
-from training.mixture import MixtureError, load_mixture
+from training.mixture import MixtureError, PhaseShape, load_mixture
 from training.model import MODEL_CONFIGS, Transformer, flops_per_token
 from training.schedule import lr_at
 
@@ -152,7 +153,7 @@ def test_mixture_hits_weights_within_2_percent_over_thousands_of_sequences(three
 def test_packing_puts_eos_between_documents_and_keeps_their_tokens(three_sources):
     mixture, eos = three_sources
     stream = loader(mixture, eos).streams[0]
-    sequence = stream.sequence(0)
+    sequence = stream.sequence(0, 0, 64)
     assert len(sequence) == 65
     order, starts = stream._layout(0)
     first_doc = stream._doc_tokens(order[0])
@@ -160,8 +161,10 @@ def test_packing_puts_eos_between_documents_and_keeps_their_tokens(three_sources
     assert (sequence[:head] == first_doc[:head]).all()
     if len(first_doc) < 65:
         assert sequence[len(first_doc)] == eos
-    epoch_one = [stream.sequence(k) for k in range(stream.per_epoch, stream.per_epoch + 3)]
-    assert not all((a == b).all() for a, b in zip(epoch_one, [stream.sequence(k) for k in range(3)])), "no reshuffle"
+    epoch_one = [stream.sequence(1, k * 64, 64) for k in range(3)]
+    assert not all((a == b).all() for a, b in zip(epoch_one, [stream.sequence(0, k * 64, 64) for k in range(3)])), "no reshuffle"
+    assert stream.fit(0, stream.epoch_tokens - 65, 64) == (0, stream.epoch_tokens - 65)
+    assert stream.fit(0, stream.epoch_tokens - 64, 64) == (1, 0)  # a window never crosses an epoch's end
 
 
 def test_ranks_split_the_same_global_batch_and_state_is_rank_agnostic(three_sources):
@@ -251,7 +254,8 @@ def test_resume_mid_phase_continues_the_same_plan_and_sequences(three_sources):
 def test_phase_lengths_and_validation(three_sources):
     mixture, _ = three_sources
     curriculum = two_phase(mixture, {"fraction": 0.25})
-    assert curriculum.phase_tokens(1000) == [250, 750] and curriculum.phase_starts(1000) == [0, 250]
+    base = PhaseShape(seq_len=10, global_batch=10, micro_batch=10, rope_theta=1e4)
+    assert curriculum.scheduled_phase_tokens(10, base) == [300, 700] and curriculum.phase_starts(1000) == [0, 250]
     data = mixture.model_dump()
     data["phases"] = [{"name": "a", "weights": {"web": 1}}, {"name": "b", "weights": {"web": 1}}]
     with pytest.raises(ValidationError, match="every phase but the last needs tokens or fraction"):
@@ -287,17 +291,19 @@ def test_plan_numbers_match_a_hand_count(three_sources, tmp_path):
     for name in ("web", "code", "rest"):
         tables = [pq.read_table(p) for p in sorted(glob.glob(mixture.sources[name].paths[0]))]
         by_hand[name] = sum(sum(len(t) + 1 for t in table["tokens"].to_pylist()) for table in tables)
-    phase_tokens, sources = plan(curriculum, 100_000)
+    base = PhaseShape(seq_len=100, global_batch=10, micro_batch=10, rope_theta=1e4)
+    phase_tokens = curriculum.scheduled_phase_tokens(100, base)
+    sources = plan(curriculum, phase_tokens)
     assert phase_tokens == [30_000, 70_000]
     asked = {"web": 30_000 * 0.9 + 70_000 * 0.2, "code": 30_000 * 0.1 + 70_000 * 0.5, "rest": 70_000 * 0.3}
     for source in sources:
         assert source.available == by_hand[source.name] and source.asked == round(asked[source.name])
         assert source.epochs == pytest.approx(asked[source.name] / by_hand[source.name])
     by_fraction = two_phase(mixture, {"fraction": 0.3})  # epochs grow linearly with the run
-    worst = max(plan(by_fraction, 100_000)[1], key=lambda s: s.epochs)
-    message = over_cap(plan(by_fraction, int(100_000 * 4.5 / worst.epochs))[1])
+    worst = max(plan(by_fraction, by_fraction.scheduled_phase_tokens(100, base)), key=lambda s: s.epochs)
+    message = over_cap(plan(by_fraction, by_fraction.scheduled_phase_tokens(int(100 * 4.5 / worst.epochs), base)))
     assert message and f"source {worst.name!r} would be repeated" in message and "max_epochs 4" in message
-    assert over_cap(plan(by_fraction, int(100_000 * 3.5 / worst.epochs))[1]) is None
+    assert over_cap(plan(by_fraction, by_fraction.scheduled_phase_tokens(int(100 * 3.5 / worst.epochs), base))) is None
 
 
 def test_train_plan_cli_prints_and_fails_over_cap(three_sources):
@@ -334,3 +340,121 @@ def test_one_tokenizer_check_compares_content_and_old_states_load(three_sources,
     data_loader = loader(mixture, eos, global_batch=8)
     data_loader.load_state_dict({"seed": 1, "seq_len": 64, "phase": 0, "sequences": {"web": 11, "code": 3, "rest": 2}})
     assert data_loader.step == 2 and data_loader.phase_counts == [11, 3, 2]
+
+
+def test_held_out_slice_is_by_id_hash_never_trained_on_and_the_same_for_every_seed(three_sources, tmp_path):
+    from training.data import ValidationSet
+    from training.shard_contract import SPLIT_COLUMN, held_out
+
+    mixture, eos = three_sources
+    ids = [f"doc-{i}" for i in range(20_000)]
+    share = sum(held_out(i, 0.05) for i in ids) / len(ids)
+    assert abs(share - 0.05) < 0.005 and [held_out(i, 0.05) for i in ids[:50]] == [held_out(i, 0.05) for i in ids[:50]]
+    for name in ("web", "code"):  # mark a third of two sources' documents held out, as `curate tokenize` does
+        (tmp_path / name).mkdir()
+        for path in sorted(glob.glob(mixture.sources[name].paths[0])):
+            table = pq.read_table(path)
+            split = ["validation" if i % 3 == 0 else "train" for i in range(table.num_rows)]
+            pq.write_table(table.append_column(SPLIT_COLUMN, pa.array(split)), tmp_path / name / Path(path).name)
+    data = mixture.model_dump()
+    data["sources"]["web"]["paths"] = [str(tmp_path / "web" / "*.parquet")]
+    data["sources"]["code"]["paths"] = [str(tmp_path / "code" / "*.parquet")]
+    data["sources"]["rest"]["validation_paths"] = [mixture.sources["rest"].paths[0].replace("part-*", "part-00001")]
+    marked = type(mixture).model_validate(data)
+    held = {name: set(ValidationSet(marked, eos, 4).streams[name].doc_ids) for name in marked.source_names()}
+    assert held["web"] and held["code"] and held["rest"]
+    trained = loader(marked, eos)
+    assert all(not held[name] & set(stream.doc_ids) for name, stream in zip(trained.names, trained.streams) if name != "rest")
+    first = ValidationSet(marked, eos, 4).batches(64, 2, rank=0, world=1)
+    again = ValidationSet(marked, eos, 4).batches(64, 2, rank=0, world=1)
+    assert [b.inputs.tolist() for b in first] == [b.inputs.tolist() for b in again]
+    assert sorted(set(torch.cat([b.sources for b in first]).tolist())) == [0, 1, 2]
+    ranks = [ValidationSet(marked, eos, 3).batches(64, 2, rank=r, world=2) for r in range(2)]
+    assert len(ranks[0]) == len(ranks[1])  # every rank runs as many forwards: FSDP gathers in each
+    padding = torch.cat([b.sources for r in ranks for b in r])
+    assert (padding == 3).sum() == 1 and (padding < 3).sum() == 9  # 9 sequences on 2 ranks: one padding row
+    assert ValidationSet(marked, eos, 4).fingerprint() == ValidationSet(marked, eos, 1).fingerprint()
+
+
+def test_a_longer_context_phase_continues_every_stream_and_resumes(three_sources):
+    mixture, eos = three_sources
+    data = mixture.model_dump()
+    data["phases"] = [
+        {"name": "short", "weights": {"web": 0.7, "code": 0.2, "rest": 0.1}, "tokens": 6 * 8 * 64},
+        {"name": "long", "weights": {"web": 0.7, "code": 0.2, "rest": 0.1}, "seq_len": 256, "global_batch": 4,
+         "rope_theta": 5e5, "rope_scaling": {"kind": "yarn", "factor": 4}},
+    ]  # fmt: skip
+    extended = type(mixture).model_validate(data)
+    base = PhaseShape(64, 8, 2, 1e4)
+    shapes = extended.shapes(base)
+    assert [(s.seq_len, s.global_batch, s.micro_batch, s.rope_theta) for s in shapes] == [(64, 8, 2, 1e4), (256, 4, 2, 5e5)]
+    assert shapes[1].rope_scaling["original_seq_len"] == 64 and extended.phase_start_steps(10, base) == [0, 6]
+    assert extended.scheduled_phase_tokens(10, base) == [6 * 512, 4 * 1024]
+
+    def fresh():
+        return MixtureLoader(extended, seq_len=64, global_batch=8, micro_batch=2, rank=0, world=1, seed=1, eos_id=eos, total_steps=10)
+
+    whole = fresh()
+    steps = [whole.next_step() for _ in range(10)]
+    assert [tuple(steps[i][0].inputs.shape) for i in (0, 5, 6, 9)] == [(2, 64), (2, 64), (2, 256), (2, 256)]
+    assert sum(whole.tokens_per_source().values()) == 6 * 512 + 4 * 1024
+    web = whole.streams[0]  # the long phase starts where the short one left each stream: no token lost or repeated
+    short_web = [seq for step in steps[:6] for b in step for s, seq in zip(b.sources, b.inputs) if s == 0]
+    long_web = [seq for step in steps[6:] for b in step for s, seq in zip(b.sources, b.inputs) if s == 0]
+    assert torch.equal(long_web[0][:64], torch.from_numpy(web.sequence(0, 64 * len(short_web), 64)[:-1]))
+    for resume_at in (4, 7):  # before the switch and after it
+        first = fresh()
+        for _ in range(resume_at):
+            first.next_step()
+        resumed = fresh()
+        resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+        for step in range(resume_at, 10):
+            assert all(torch.equal(a.inputs, b.inputs) for a, b in zip(steps[step], resumed.next_step())), (resume_at, step)
+    other = MixtureLoader(mixture, seq_len=64, global_batch=8, micro_batch=2, rank=0, world=1, seed=1, eos_id=eos)
+    with pytest.raises(ValueError, match=r"sequence lengths per phase \[64, 256\], this run 1 and \[64\]"):
+        other.load_state_dict(whole.state_dict())
+
+
+def test_skipped_documents_leave_the_stream_and_the_rest_keep_their_order(three_sources):
+    mixture, eos = three_sources
+    data = loader(mixture, eos)
+    stream = data.streams[0]
+    before = stream.doc_ids_of(0, 0, stream.epoch_tokens - 1)  # the whole epoch, in order
+    stream.skip([before[1]])
+    after = stream.doc_ids_of(0, 0, stream.epoch_tokens - 1)
+    assert before[1] not in after and after[:1] == before[:1] and after[1:3] == before[2:4]
+    data.next_step()
+    state = json.loads(json.dumps(data.state_dict()))
+    assert state["skipped"] == {"web": [before[1]]}
+    resumed = loader(mixture, eos)
+    resumed.load_state_dict(state)
+    assert resumed.streams[0].skipped == {before[1]} and resumed.streams[0].epoch_tokens == stream.epoch_tokens
+
+
+@pytest.mark.parametrize("scaling", [None, {"kind": "linear", "factor": 4.0},
+                                     {"kind": "yarn", "factor": 4.0, "original_seq_len": 128, "beta_fast": 32, "beta_slow": 1}])
+def test_rope_scaling_matches_transformers(scaling):
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from training.rope import hf_rope_scaling, inverse_frequencies
+
+    config = LlamaConfig(hidden_size=512, num_attention_heads=8, num_key_value_heads=2, rope_theta=5e5,
+                         max_position_embeddings=512, rope_scaling=hf_rope_scaling(scaling))  # fmt: skip
+    kind = config.rope_parameters["rope_type"]
+    theirs, their_factor = (ROPE_INIT_FUNCTIONS[kind](config, "cpu") if kind != "default"
+                            else (1.0 / 5e5 ** (torch.arange(0, 64, 2).float() / 64), 1.0))  # fmt: skip
+    ours, our_factor = inverse_frequencies(64, 5e5, scaling)
+    assert torch.allclose(ours, theirs, rtol=1e-6) and our_factor == pytest.approx(their_factor)
+
+
+def test_spike_detector_takes_a_lasting_level_shift_as_the_new_level():
+    from training.metrics import SpikeDetector
+
+    detect = SpikeDetector(sigma=4.0, window=20, warmup=10, patience=3)
+    for i in range(12):
+        detect(3.0 + 0.01 * (i % 3))
+    threshold = detect.threshold()
+    assert detect(9.0) == "spike" and detect.threshold() == threshold  # a spike stays out of the window
+    assert detect(3.01) is None
+    assert [detect(6.0) for _ in range(3)] == ["spike", "spike", None] and detect.threshold() == math.inf

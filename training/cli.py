@@ -36,6 +36,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint-every", type=int, dest="checkpoint_every")
     parser.add_argument("--lineage-every", type=int, dest="lineage_every", help="write every N-th batch's document ids")
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--eval-every", type=int, dest="eval_every",
+                        help="validation loss, total and per source, on the held-out slice every N steps (0: never)")
+    parser.add_argument("--spike-policy", choices=["log", "skip", "rewind"], dest="spike_policy",
+                        help="on a loss spike: log its documents, skip the update, or rewind to the last checkpoint and "
+                        "never train on the offending documents again")  # fmt: skip
+    parser.add_argument("--z-loss", type=float, dest="z_loss", help="z-loss weight, e.g. 1e-4 (0: off)")
     return parser
 
 
@@ -89,26 +95,33 @@ def cmd_plan(argv: list[str]) -> int:
         config = load_config(args.model)
         params = _num_params(config, mixture)
         total = int(args.tokens) if args.tokens else CHINCHILLA_TOKENS_PER_PARAM * params
-        phase_tokens, sources = plan(mixture, total)
+        base = config.base_shape()
+        steps = -(-total // base.tokens_per_step)
+        phase_tokens = mixture.scheduled_phase_tokens(steps, base)
+        sources = plan(mixture, phase_tokens)
     except (MixtureError, ValueError) as error:
         print(f"train plan: {error}", file=sys.stderr)
         return 2
     console = Console() if sys.stdout.isatty() else Console(width=120)
     budget = f"{args.tokens:.3g} tokens (given)" if args.tokens else f"Chinchilla: {CHINCHILLA_TOKENS_PER_PARAM} x {params:,} params"
-    console.print(f"mixture [bold]{mixture.name}[/], model {config.model} ({params:,} params): {total:,} tokens, {budget}")
+    console.print(f"mixture [bold]{mixture.name}[/], model {config.model} ({params:,} params): {total:,} tokens, {budget}; "
+                  f"{steps:,} steps, {sum(phase_tokens):,} tokens at each phase's length")  # fmt: skip
     phases = Table(title="Phases")
-    for column in ("phase", "tokens", "weights"):
+    for column in ("phase", "from step", "seq_len", "tokens/step", "RoPE", "tokens", "weights"):
         phases.add_column(column)
-    for phase, tokens in zip(mixture.phases, phase_tokens):
-        phases.add_row(phase.name, f"{tokens:,}", ", ".join(f"{k} {v:g}" for k, v in phase.weights.items()))
+    starts = mixture.phase_start_steps(steps, base)
+    for phase, shape, first, tokens in zip(mixture.phases, mixture.shapes(base), starts, phase_tokens):
+        rope = f"theta {shape.rope_theta:g}" + (f", {shape.rope_scaling['kind']} x{shape.rope_scaling['factor']:g}" if shape.rope_scaling else "")
+        phases.add_row(phase.name, f"{first:,}", f"{shape.seq_len:,}", f"{shape.tokens_per_step:,}", rope, f"{tokens:,}",
+                       ", ".join(f"{k} {v:g}" for k, v in phase.weights.items()))  # fmt: skip
     console.print(phases)
     table = Table(title="Sources")
-    for column in ("source", "selects", "documents", "tokens available", "tokens asked", "epochs", "max epochs", ""):
+    for column in ("source", "selects", "documents", "tokens available", "held out", "tokens asked", "epochs", "max epochs", ""):
         table.add_column(column, justify="left" if column in ("source", "selects", "") else "right")
     for source in sources:
         where = mixture.sources[source.name].where
         table.add_row(source.name, "" if where is None else where.model_dump_json(exclude_none=True), f"{source.documents:,}",
-                      f"{source.available:,}", f"{source.asked:,}", f"{source.epochs:.2f}", f"{source.max_epochs:g}",
+                      f"{source.available:,}", f"{source.held_out:,}", f"{source.asked:,}", f"{source.epochs:.2f}", f"{source.max_epochs:g}",
                       "ok" if source.ok else "[red]over cap[/]")  # fmt: skip
     console.print(table)
     problem = over_cap(sources)
@@ -128,7 +141,8 @@ def _num_params(config, mixture) -> int:
         return Transformer(config.model_config_for(vocab)).num_params()
 
 
-OVERRIDES = ("steps", "seq_len", "global_batch", "micro_batch", "lr", "dtype", "attention", "checkpoint_every", "lineage_every", "seed")
+OVERRIDES = ("steps", "seq_len", "global_batch", "micro_batch", "lr", "dtype", "attention", "checkpoint_every", "lineage_every", "seed",
+             "eval_every", "spike_policy", "z_loss")  # fmt: skip
 
 
 VALIDATED = "TRAIN_VALIDATED"  # set by `train` for the ranks it launches
@@ -147,13 +161,36 @@ def _validate(args, mixture, config) -> None:
         raise MixtureError(f"tokenizer not found: {mixture.tokenizer_path()}")
     mixture.check_one_tokenizer()
     if "LOCAL_RANK" not in os.environ:  # not in every rank of a torchrun launched by hand: it reads every shard
-        problem = over_cap(plan(mixture, config.steps * config.global_batch * config.seq_len)[1])
+        problem = over_cap(plan(mixture, mixture.scheduled_phase_tokens(config.steps, config.base_shape())))
         if problem:
             raise ValueError(f"{problem} (see `train plan --mixture {args.mixture}`)")
     previous = checkpoint.latest(Path(args.out) / "checkpoints")
     if previous and not args.resume:
         raise ValueError(f"{args.out} already holds a run (latest checkpoint {previous.name}): pass --resume to "
                          "continue it, or choose another --out")  # fmt: skip
+    if previous and config.eval_every:
+        _same_validation(mixture, previous)
+
+
+def _same_validation(mixture, previous: Path) -> None:
+    """A resume is scored on the slice the run began with, or it says which source's slice changed."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    from training import checkpoint
+    from training.data import ValidationSet
+    from training.shard_contract import EOS_TOKEN
+
+    saved = json.loads((previous / checkpoint.STATE_FILE).read_text()).get("validation")
+    if saved is None:
+        return
+    eos_id = Tokenizer.from_str(storage.read_text(mixture.tokenizer_path())).token_to_id(EOS_TOKEN)
+    now = ValidationSet(mixture, eos_id, 1).fingerprint()
+    changed = sorted(name for name in set(saved) | set(now) if saved.get(name) != now.get(name))
+    if changed:
+        raise ValueError(f"the held-out validation documents of {changed} differ from those of {previous}: the shards were "
+                         "tokenized again or the mixture changed; resume with the same data, or start a new --out")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from training.mixture import PhaseShape
 from training.model import MODEL_CONFIGS, ModelConfig
 
 
@@ -39,6 +40,13 @@ class TrainConfig(BaseModel):
     keep_checkpoints: int = Field(2, gt=0)
     lineage_every: int = Field(0, ge=0, description="write the documents of every N-th step's batch; 0: never")
     spike_sigma: float = Field(6.0, gt=0, description="a loss this many std above the recent mean logs its documents")
+    spike_policy: Literal["log", "skip", "rewind"] = Field(
+        "log", description="on a spike (or NaN): log its documents; skip: also drop the step's update; rewind: reload the "
+        "last checkpoint and never train on the offending documents again",
+    )  # fmt: skip
+    z_loss: float = Field(0.0, ge=0, description="weight of PaLM's z-loss, mean log(Z)^2 of the logits (e.g. 1e-4); 0: off")
+    eval_every: int = Field(20, ge=0, description="validation loss on the held-out slice every N steps and at the end; 0: never")
+    eval_sequences: int = Field(16, gt=0, description="held-out sequences scored per source at each validation")
 
     @model_validator(mode="after")
     def known_model(self):
@@ -46,9 +54,16 @@ class TrainConfig(BaseModel):
             raise ValueError(f"model {self.model!r} is not one of {sorted(MODEL_CONFIGS)}")
         return self
 
-    def model_config_for(self, vocab_size: int) -> ModelConfig:
+    def model_config_for(self, vocab_size: int, longest: int = 0) -> ModelConfig:
+        """The model for a vocabulary, its RoPE tables long enough for `longest` (a context-extension phase's)."""
         base = MODEL_CONFIGS[self.model]
-        return replace(base, **{"vocab_size": vocab_size, "max_seq_len": max(base.max_seq_len, self.seq_len), **self.model_overrides})
+        return replace(base, **{"vocab_size": vocab_size, "max_seq_len": max(base.max_seq_len, self.seq_len, longest),
+                                **self.model_overrides})  # fmt: skip
+
+    def base_shape(self) -> PhaseShape:
+        """Sequence length, batch and RoPE of a run's first phase, before any phase changes them."""
+        theta = self.model_overrides.get("rope_theta", MODEL_CONFIGS[self.model].rope_theta)
+        return PhaseShape(self.seq_len, self.global_batch, self.micro_batch, theta)
 
 
 PRESETS = {

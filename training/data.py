@@ -1,16 +1,22 @@
 """Mixture data: token shards per source -> packed sequences, with a global, DP-agnostic loader state.
 
-Each source is one virtual token stream: its documents in a seeded order per epoch, each followed by EOS.
-Sequence k of a source is the window [k*seq_len, k*seq_len + seq_len + 1) of that stream, so a sequence
-holds one source and knows its documents. Which source the n-th sequence of the run comes from is decided by
-deficit round-robin on token counts (the source furthest below its weight goes next): deterministic, and
-within one sequence of the target weights at every point. A curriculum switches phases at the step where its
-token count is reached, and the deficits restart there, so each phase has its own proportions while every
-source's stream continues where it was. The whole state is the step, the phase, and the sequences drawn per
-source in all and in this phase; every rank walks the same global plan and materializes only its slice of each
-global batch, so a checkpoint resumes on any number of ranks that divides the global batch.
+Each source is one virtual token stream: its documents in a seeded order per epoch, each followed by EOS. A
+source's position is (epoch, token offset); a sequence of length L is the window [offset, offset + L + 1) of that
+epoch's stream (a window that would cross the epoch's end starts the next epoch instead), so a sequence holds one
+source and knows its documents, and the length may change between curriculum phases (context extension) without
+losing or repeating a token. Which source the n-th sequence of the run comes from is decided by deficit round-robin
+(the source furthest below its weight goes next): deterministic, and within one sequence of the target weights at
+every point. A curriculum switches phases at the step where its token count is reached, and the deficits restart
+there, so each phase has its own proportions while every source's stream continues where it was. The whole state
+is the step, the phase, each source's position, sequences drawn in this phase, and the documents a rewind skipped;
+every rank walks the same global plan and materializes only its slice of each global batch, so a checkpoint resumes
+on any number of ranks that divides the global batch.
+
+The rows `curate tokenize` held out (`split` = validation) and a source's `validation_paths` are never trained on:
+`ValidationSet` packs them, in an order fixed whatever the run's seed, for the validation loss.
 """
 
+import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -19,25 +25,36 @@ import pyarrow as pa
 import torch
 
 from training import storage
-from training.mixture import Mixture, SourceFilter
+from training.mixture import Mixture, PhaseShape, SourceFilter
+from training.shard_contract import SPLIT_COLUMN, TRAIN, VALIDATION
+
+VALIDATION_SEED = 0  # the held-out order, the same for every run
 
 
-def read_selected(path: str, columns: list[str], where: SourceFilter | None) -> tuple[pa.Table, np.ndarray]:
-    """`columns` of a token shard, and the rows a source's `where` keeps (all without one)."""
-    if where is None:
-        meta = storage.read_parquet(path, columns)
-        return meta, np.arange(meta.num_rows)
-    if where.column not in storage.column_names(path):
+def read_selected(path: str, columns: list[str], where: SourceFilter | None, split: str | None = None) -> tuple[pa.Table, np.ndarray]:
+    """`columns` of a token shard, and the rows a source's `where` keeps (all without one) on the `split` side
+    (train or validation) of the held-out slice; `split` None takes every row. A shard without a `split` column
+    holds only training rows."""
+    names = storage.column_names(path)
+    if where is not None and where.column not in names:
         raise ValueError(f"{path} has no column {where.column!r} to select by: tokenize a run whose stages add it")
-    meta = storage.read_parquet(path, columns + [where.column])
+    marked = split is not None and SPLIT_COLUMN in names
+    extra = ([where.column] if where is not None else []) + ([SPLIT_COLUMN] if marked else [])
+    meta = storage.read_parquet(path, columns + [c for c in dict.fromkeys(extra) if c not in columns])
     keep = np.ones(meta.num_rows, dtype=bool)
-    for row, value in enumerate(meta[where.column].to_pylist()):
-        if where.equals is not None and value != where.equals:
-            keep[row] = False
-        elif where.min is not None and (value is None or value < where.min):
-            keep[row] = False
-        elif where.max is not None and (value is None or value > where.max):
-            keep[row] = False
+    if where is not None:
+        for row, value in enumerate(meta[where.column].to_pylist()):
+            if where.equals is not None and value != where.equals:
+                keep[row] = False
+            elif where.min is not None and (value is None or value < where.min):
+                keep[row] = False
+            elif where.max is not None and (value is None or value > where.max):
+                keep[row] = False
+    if marked:
+        held = np.array([value == VALIDATION for value in meta[SPLIT_COLUMN].to_pylist()], dtype=bool)
+        keep &= held if split == VALIDATION else ~held
+    elif split == VALIDATION:
+        keep[:] = False
     return meta, np.flatnonzero(keep)
 
 
@@ -53,28 +70,44 @@ def choose_sources(counts: list[int], weights: list[float], n: int) -> list[int]
 
 
 class SourceStream:
-    """One source's documents as a token stream with EOS after each document, reshuffled every epoch."""
+    """One source's documents as a token stream with EOS after each document, reshuffled every epoch. Skipped
+    documents (after a rewind) take no room in the stream from then on."""
 
-    def __init__(self, name: str, files: list[str], seq_len: int, seed: int, eos_id: int, cached_files: int = 8,
-                 where: SourceFilter | None = None):  # fmt: skip
-        self.name, self.files, self.seq_len, self.seed, self.eos_id = name, files, seq_len, seed, eos_id
+    def __init__(self, name: str, files: list[tuple[str, str | None]], seed: int, eos_id: int, where: SourceFilter | None = None,
+                 cached_files: int = 8):  # fmt: skip
+        self.name, self.files, self.seed, self.eos_id = name, [path for path, _ in files], seed, eos_id
         ids, lengths, locations = [], [], []
-        for file_index, path in enumerate(files):
-            meta, rows = read_selected(path, ["id", "n_tokens"], where)
+        for file_index, (path, split) in enumerate(files):
+            meta, rows = read_selected(path, ["id", "n_tokens"], where, split)
             ids += [meta["id"][int(row)].as_py() for row in rows]
             lengths.append(meta["n_tokens"].to_numpy()[rows])
             locations += [(file_index, int(row)) for row in rows]
-        if not ids:
-            raise ValueError(f"source {name!r}: no document of {len(files)} shard(s) matches {where}")
         self.doc_ids = ids
         self.doc_where = np.array(locations, dtype=np.int64).reshape(-1, 2)
-        self.doc_lengths = np.concatenate(lengths).astype(np.int64) + 1  # + EOS
-        self.per_epoch = int((self.doc_lengths.sum() - 1) // seq_len)
-        if self.per_epoch < 1:
-            raise ValueError(f"source {name!r} holds {self.doc_lengths.sum()} tokens: fewer than one sequence of {seq_len}")
+        self.doc_lengths = (np.concatenate(lengths).astype(np.int64) + 1) if lengths else np.zeros(0, np.int64)  # + EOS
+        self.epoch_tokens = int(self.doc_lengths.sum())
+        self.skipped: set[str] = set()
         self._epoch, self._order, self._starts = -1, None, None
         self._tokens: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._cached_files = cached_files
+
+    def skip(self, doc_ids) -> None:
+        """Leave these documents out of the stream from now on (the epoch's order of the others is kept)."""
+        wanted = set(doc_ids) - self.skipped
+        if not wanted:
+            return
+        for index, doc in enumerate(self.doc_ids):
+            if doc in wanted:
+                self.doc_lengths[index] = 0
+        self.skipped |= wanted
+        self.epoch_tokens = int(self.doc_lengths.sum())
+        self._epoch = -1
+
+    def fit(self, epoch: int, offset: int, length: int) -> tuple[int, int]:
+        """Where a sequence of `length` starting at (epoch, offset) is taken: there, or at the next epoch's start."""
+        if self.epoch_tokens < length + 1:
+            raise ValueError(f"source {self.name!r} holds {self.epoch_tokens} tokens: fewer than one sequence of {length}")
+        return (epoch, offset) if offset + length + 1 <= self.epoch_tokens else (epoch + 1, 0)
 
     def _layout(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         if epoch != self._epoch:
@@ -94,76 +127,97 @@ class SourceStream:
         values, offsets = self._tokens[file_index]
         return values[offsets[row] : offsets[row + 1]]
 
-    def _span(self, k: int) -> tuple[np.ndarray, int, int, int]:
-        order, starts = self._layout(k // self.per_epoch)
-        begin = (k % self.per_epoch) * self.seq_len
-        end = begin + self.seq_len + 1
-        first = int(np.searchsorted(starts, begin, side="right") - 1)
-        last = int(np.searchsorted(starts, end, side="left"))
-        return order, first, last, begin
+    def _documents(self, epoch: int, offset: int, length: int) -> list[int]:
+        """The documents (indexes) a window overlaps, in stream order."""
+        order, starts = self._layout(epoch)
+        first = int(np.searchsorted(starts, offset, side="right") - 1)
+        last = int(np.searchsorted(starts, offset + length + 1, side="left"))
+        return [int(order[i]) for i in range(first, last) if self.doc_lengths[order[i]]]
 
-    def doc_ids_of(self, k: int) -> list[str]:
-        order, first, last, _ = self._span(k)
-        return [self.doc_ids[order[i]] for i in range(first, last)]
+    def doc_ids_of(self, epoch: int, offset: int, length: int) -> list[str]:
+        return [self.doc_ids[doc] for doc in self._documents(epoch, offset, length)]
 
-    def sequence(self, k: int) -> np.ndarray:
-        """seq_len + 1 tokens: inputs are [:-1], targets [1:]."""
-        order, first, last, begin = self._span(k)
-        starts = self._starts
+    def sequence(self, epoch: int, offset: int, length: int) -> np.ndarray:
+        """length + 1 tokens: inputs are [:-1], targets [1:]."""
+        documents = self._documents(epoch, offset, length)
         pieces = []
-        for position in range(first, last):
-            doc = order[position]
+        for doc in documents:
             pieces += [self._doc_tokens(doc), np.array([self.eos_id])]
         stream = np.concatenate(pieces).astype(np.int64)
-        offset = begin - starts[first]
-        return stream[offset : offset + self.seq_len + 1]
+        order, starts = self._layout(epoch)
+        first_start = starts[int(np.searchsorted(starts, offset, side="right") - 1)]
+        return stream[offset - first_start : offset - first_start + length + 1]
 
 
 @dataclass
 class Batch:
     inputs: torch.Tensor  # (micro_batch, seq_len) int64
     targets: torch.Tensor  # (micro_batch, seq_len) int64
-    sources: torch.Tensor  # (micro_batch,) int64: index into the mixture's sources
+    sources: torch.Tensor  # (micro_batch,) int64: index into the mixture's sources (validation padding: one past)
+
+
+def _micro_batches(rows: list[tuple[int, np.ndarray]], micro_batch: int) -> list[Batch]:
+    batches = []
+    for start in range(0, len(rows), micro_batch):
+        chunk = rows[start : start + micro_batch]
+        tokens = torch.from_numpy(np.stack([sequence for _, sequence in chunk]))
+        batches.append(Batch(tokens[:, :-1], tokens[:, 1:], torch.tensor([s for s, _ in chunk], dtype=torch.int64)))
+    return batches
 
 
 class MixtureLoader:
     """Yields each step's micro-batches for this rank; `state_dict()` is the same on every rank."""
 
     def __init__(self, mixture: Mixture, seq_len: int, global_batch: int, micro_batch: int, rank: int, world: int,
-                 seed: int, eos_id: int, total_steps: int = 1):  # fmt: skip
-        if global_batch % (micro_batch * world):
-            raise ValueError(f"global_batch {global_batch} is not a multiple of micro_batch {micro_batch} x ranks {world}")
-        self.mixture, self.seq_len, self.global_batch, self.micro_batch = mixture, seq_len, global_batch, micro_batch
-        self.rank, self.world, self.seed = rank, world, seed
+                 seed: int, eos_id: int, total_steps: int = 1, rope_theta: float = 10000.0):  # fmt: skip
+        base = PhaseShape(seq_len, global_batch, micro_batch, rope_theta)
+        self.shapes = mixture.shapes(base)
+        for phase, shape in zip(mixture.phases, self.shapes):
+            if shape.global_batch % (shape.micro_batch * world):
+                raise ValueError(f"phase {phase.name!r}: global_batch {shape.global_batch} is not a multiple of micro_batch "
+                                 f"{shape.micro_batch} x ranks {world}")  # fmt: skip
+        self.mixture, self.rank, self.world, self.seed = mixture, rank, world, seed
         self.names = mixture.source_names()
         self.streams = [
-            SourceStream(name, mixture.shard_files(name), seq_len, seed * 1000 + i, eos_id, where=mixture.sources[name].where)
+            SourceStream(name, [(path, TRAIN) for path in mixture.shard_files(name)], seed * 1000 + i, eos_id,
+                         mixture.sources[name].where)  # fmt: skip
             for i, name in enumerate(self.names)
         ]
-        tokens_per_step = global_batch * seq_len
-        self.phase_start_steps = [-(-start // tokens_per_step) for start in mixture.phase_starts(total_steps * tokens_per_step)]
-        self.counts = [0] * len(self.names)
+        for stream in self.streams:
+            if not stream.doc_ids:
+                raise ValueError(f"source {stream.name!r}: no training document in {len(stream.files)} shard(s) matches "
+                                 f"{mixture.sources[stream.name].where}")  # fmt: skip
+        self.phase_start_steps = mixture.phase_start_steps(total_steps, base)
+        self.positions = [(0, 0)] * len(self.names)
+        self.tokens = [0] * len(self.names)
         self.phase_counts = [0] * len(self.names)
         self.step, self.phase = 0, 0
-        self.last_plan: list[tuple[int, int]] = []
-
-    @property
-    def grad_accum(self) -> int:
-        return self.global_batch // (self.micro_batch * self.world)
+        self.last_plan: list[tuple[int, int, int, int]] = []
 
     def phase_at(self, step: int) -> int:
         return max(p for p, start in enumerate(self.phase_start_steps) if start <= step or p == 0)
 
-    def plan_step(self) -> list[tuple[int, int]]:
-        """(source, sequence index in that source) for each sequence of the next global batch; advances the state."""
+    @property
+    def shape(self) -> PhaseShape:
+        """The shape of the next step's phase."""
+        return self.shapes[self.phase_at(self.step)]
+
+    @property
+    def grad_accum(self) -> int:
+        return self.shape.global_batch // (self.shape.micro_batch * self.world)
+
+    def plan_step(self) -> list[tuple[int, int, int, int]]:
+        """(source, epoch, offset, length) of each sequence of the next global batch; advances the state."""
         phase = self.phase_at(self.step)
         if phase != self.phase:
             self.phase, self.phase_counts = phase, [0] * len(self.names)
-        picks = choose_sources(self.phase_counts, self.mixture.weights(phase), self.global_batch)
+        length = self.shapes[phase].seq_len
         plan = []
-        for source in picks:
-            plan.append((source, self.counts[source]))
-            self.counts[source] += 1
+        for source in choose_sources(self.phase_counts, self.mixture.weights(phase), self.shapes[phase].global_batch):
+            epoch, offset = self.streams[source].fit(*self.positions[source], length)
+            plan.append((source, epoch, offset, length))
+            self.positions[source] = (epoch, offset + length)
+            self.tokens[source] += length
         self.step += 1
         self.last_plan = plan
         return plan
@@ -172,31 +226,80 @@ class MixtureLoader:
         plan = self.plan_step()
         share = len(plan) // self.world
         mine = plan[self.rank * share : (self.rank + 1) * share]
-        batches = []
-        for start in range(0, len(mine), self.micro_batch):
-            chunk = mine[start : start + self.micro_batch]
-            rows = np.stack([self.streams[s].sequence(k) for s, k in chunk])
-            tokens = torch.from_numpy(rows)
-            batches.append(Batch(tokens[:, :-1], tokens[:, 1:], torch.tensor([s for s, _ in chunk], dtype=torch.int64)))
-        return batches
+        rows = [(source, self.streams[source].sequence(epoch, offset, length)) for source, epoch, offset, length in mine]
+        return _micro_batches(rows, self.shapes[self.phase].micro_batch)
 
     def last_step_documents(self) -> list[dict]:
         """Lineage of the last global batch: per sequence its source and document ids (no token reads needed)."""
-        return [{"source": self.names[s], "doc_ids": self.streams[s].doc_ids_of(k)} for s, k in self.last_plan]
+        return [{"source": self.names[s], "doc_ids": self.streams[s].doc_ids_of(e, o, n)} for s, e, o, n in self.last_plan]
+
+    def skip(self, documents: dict[str, list[str]]) -> None:
+        """Never train on these documents again (a rewind's offending documents), by source."""
+        for name, stream in zip(self.names, self.streams):
+            stream.skip(documents.get(name, []))
 
     def tokens_per_source(self) -> dict[str, int]:
-        return {name: count * self.seq_len for name, count in zip(self.names, self.counts)}
+        return dict(zip(self.names, self.tokens))
 
     def state_dict(self) -> dict:
-        return {"seed": self.seed, "seq_len": self.seq_len, "step": self.step, "phase": self.phase,
-                "sequences": dict(zip(self.names, self.counts)),
-                "phase_sequences": dict(zip(self.names, self.phase_counts))}  # fmt: skip
+        return {"seed": self.seed, "seq_lens": [shape.seq_len for shape in self.shapes], "step": self.step, "phase": self.phase,
+                "positions": {n: list(p) for n, p in zip(self.names, self.positions)},
+                "tokens": dict(zip(self.names, self.tokens)),
+                "phase_sequences": dict(zip(self.names, self.phase_counts)),
+                "skipped": {s.name: sorted(s.skipped) for s in self.streams if s.skipped}}  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
-        if state["seed"] != self.seed or state["seq_len"] != self.seq_len:
-            raise ValueError(f"checkpoint data state has seed/seq_len {state['seed']}/{state['seq_len']}, "
-                             f"this run {self.seed}/{self.seq_len}")  # fmt: skip
-        self.counts = [state["sequences"].get(name, 0) for name in self.names]
+        seq_lens = [shape.seq_len for shape in self.shapes]
+        saved = state.get("seq_lens", [state.get("seq_len")] * len(seq_lens))
+        if state["seed"] != self.seed or saved != seq_lens:
+            raise ValueError(f"checkpoint data state has seed {state['seed']} and sequence lengths per phase {saved}, "
+                             f"this run {self.seed} and {seq_lens}")  # fmt: skip
+        self.skip(state.get("skipped", {}))
+        if "positions" in state:
+            self.positions = [tuple(state["positions"].get(name, (0, 0))) for name in self.names]
+            self.tokens = [state["tokens"].get(name, 0) for name in self.names]
+        else:  # a state from before per-phase lengths counted sequences of one length, never crossing an epoch's end
+            drawn = [state["sequences"].get(name, 0) for name in self.names]
+            per_epoch = [(stream.epoch_tokens - 1) // state["seq_len"] for stream in self.streams]
+            self.positions = [(k // n, k % n * state["seq_len"]) for k, n in zip(drawn, per_epoch)]
+            self.tokens = [k * state["seq_len"] for k in drawn]
         # a state from before curriculum phases had one phase: its step and phase counts follow from the sequences
-        self.step, self.phase = state.get("step", sum(self.counts) // self.global_batch), state["phase"]
-        self.phase_counts = [state.get("phase_sequences", state["sequences"]).get(name, 0) for name in self.names]
+        self.step = state.get("step", sum(self.tokens) // self.shapes[0].tokens_per_step)
+        self.phase = state["phase"]
+        self.phase_counts = [state.get("phase_sequences", state.get("sequences", {})).get(name, 0) for name in self.names]
+
+
+class ValidationSet:
+    """The held-out documents of every source (its `where` applied, so a bucket is scored on its own), packed in an
+    order fixed for every run, so runs with other seeds, other mixtures or a resume are scored on the same text."""
+
+    def __init__(self, mixture: Mixture, eos_id: int, sequences: int):
+        self.names, self.sequences = mixture.source_names(), sequences
+        self.streams = {}
+        for name in self.names:
+            spec = mixture.sources[name]
+            files = [(path, VALIDATION) for path in mixture.shard_files(name)]
+            files += [(path, None) for pattern in spec.validation_paths for path in sorted(storage.glob(pattern))]
+            self.streams[name] = SourceStream(name, files, VALIDATION_SEED, eos_id, spec.where)
+
+    def missing(self, seq_len: int) -> list[str]:
+        """Sources with less held out than one sequence."""
+        return [name for name, stream in self.streams.items() if stream.epoch_tokens < seq_len + 1]
+
+    def fingerprint(self) -> dict[str, str]:
+        """Per source, a digest of its held-out document ids: a resume checks it is scored on the same slice."""
+        return {name: hashlib.sha256("\n".join(sorted(s.doc_ids)).encode()).hexdigest()[:16] for name, s in self.streams.items()}
+
+    def batches(self, seq_len: int, micro_batch: int, rank: int, world: int) -> list[Batch]:
+        """This rank's micro-batches of up to `sequences` sequences per source; every rank gets as many (padding
+        rows carry the source index one past the last, which scoring drops)."""
+        rows = []
+        for index, name in enumerate(self.names):
+            stream = self.streams[name]
+            count = min(self.sequences, max(0, (stream.epoch_tokens - 1) // seq_len))
+            rows += [(index, stream.sequence(0, k * seq_len, seq_len)) for k in range(count)]
+        if not rows:
+            return []
+        per_rank = -(-len(rows) // world)
+        rows += [(len(self.names), rows[0][1])] * (per_rank * world - len(rows))
+        return _micro_batches(rows[rank * per_rank : (rank + 1) * per_rank], micro_batch)

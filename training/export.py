@@ -18,6 +18,7 @@ import torch.distributed.checkpoint as dcp
 
 from training import checkpoint
 from training.model import ModelConfig, Transformer
+from training.rope import hf_rope_scaling
 from training.shard_contract import EOS_TOKEN, TOKENIZER_FILE
 
 MODEL_FILE = "model.json"  # the run's ModelConfig, written by `train` beside its checkpoints
@@ -40,6 +41,9 @@ def load_model(run: Path, step: Path) -> Transformer:
     if not (run / MODEL_FILE).is_file():
         raise FileNotFoundError(f"{run / MODEL_FILE} is missing: the run predates exports (train writes it at start)")
     config = ModelConfig(**json.loads((run / MODEL_FILE).read_text()))
+    rope = json.loads((step / checkpoint.STATE_FILE).read_text()).get("rope")
+    if rope:  # the RoPE in effect at this step (a context-extension phase changes it)
+        config.rope_theta, config.rope_scaling = rope["theta"], rope["scaling"]
     model = Transformer(config)
     state = {"model": model.state_dict()}
     dcp.load(state, checkpoint_id=str(step), no_dist=True)
@@ -79,7 +83,8 @@ def hf_config(config: ModelConfig, eos_id: int, dtype: str) -> dict:
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": config.dim,
         "intermediate_size": config.ffn_hidden, "num_hidden_layers": config.n_layers,
         "num_attention_heads": config.n_heads, "num_key_value_heads": config.n_kv_heads, "head_dim": config.head_dim,
-        "rms_norm_eps": config.norm_eps, "rope_theta": config.rope_theta, "max_position_embeddings": config.max_seq_len,
+        "rms_norm_eps": config.norm_eps, "rope_theta": config.rope_theta, "rope_scaling": hf_rope_scaling(config.rope_scaling),
+        "max_position_embeddings": config.max_seq_len,
         "vocab_size": config.vocab_size, "tie_word_embeddings": config.tie_embeddings, "hidden_act": "silu",
         "attention_bias": False, "mlp_bias": False, "bos_token_id": None, "eos_token_id": eos_id, "torch_dtype": dtype,
     }  # fmt: skip

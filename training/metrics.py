@@ -38,23 +38,34 @@ def peak_memory_mb(device: torch.device) -> float:
 
 
 class SpikeDetector:
-    """A loss that is NaN/inf, or more than `sigma` std above the mean of the last `window` losses."""
+    """A loss that is NaN/inf, or more than `sigma` std above the mean of the last `window` ordinary losses. A spike
+    stays out of the window, so the next one is measured against the same level, unless `patience` come in a row:
+    then the level itself has moved (a new phase, a longer context) and the window starts again from there."""
 
-    def __init__(self, sigma: float, window: int = 50, warmup: int = 10):
-        self.sigma, self.warmup = sigma, warmup
+    def __init__(self, sigma: float, window: int = 50, warmup: int = 10, patience: int = 3):
+        self.sigma, self.warmup, self.patience = sigma, warmup, patience
         self.recent: deque[float] = deque(maxlen=window)
+        self.in_a_row = 0
+
+    def threshold(self) -> float:
+        """The loss above which a step is a spike (infinite until `warmup` losses are in)."""
+        if len(self.recent) < self.warmup:
+            return math.inf
+        mean = sum(self.recent) / len(self.recent)
+        std = (sum((x - mean) ** 2 for x in self.recent) / len(self.recent)) ** 0.5
+        return mean + self.sigma * max(std, 1e-8)
 
     def __call__(self, loss: float) -> str | None:
         if not math.isfinite(loss):
             return "nan"
-        verdict = None
-        if len(self.recent) >= self.warmup:
-            mean = sum(self.recent) / len(self.recent)
-            std = (sum((x - mean) ** 2 for x in self.recent) / len(self.recent)) ** 0.5
-            if loss > mean + self.sigma * max(std, 1e-8):
-                verdict = "spike"
+        if loss > self.threshold():
+            self.in_a_row += 1
+            if self.in_a_row < self.patience:
+                return "spike"
+            self.recent.clear()
+        self.in_a_row = 0
         self.recent.append(loss)
-        return verdict
+        return None
 
 
 class MetricsWriter:

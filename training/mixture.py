@@ -1,8 +1,11 @@
-"""Mixture YAML: named sources of token shards with weights by tokens, in phases. Validated at load."""
+"""Mixture YAML: named sources of token shards with weights by tokens, in phases (which may also change the sequence
+length and RoPE, for context extension). Validated at load."""
 
 import json
 import math
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -34,6 +37,38 @@ class SourceSpec(BaseModel):
     )  # fmt: skip
     where: SourceFilter | None = Field(None, description="only the documents whose column matches, e.g. a quality bucket")
     max_epochs: float = Field(4.0, gt=0, description="`train plan` and `train` refuse a mixture that repeats it more")
+    validation_paths: list[str] = Field(
+        default_factory=list, description="globs of held-out token shards of this source, validated on and never trained "
+        "on; added to the rows `curate tokenize` held out (`split` column)",
+    )  # fmt: skip
+
+
+class RopeScaling(BaseModel):
+    """Position interpolation (`linear`: every frequency divided by `factor`) or YaRN (low frequencies interpolated,
+    high ones kept, attention sharpened), as Hugging Face computes them."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["linear", "yarn"]
+    factor: float = Field(gt=1)
+    original_seq_len: int | None = Field(None, gt=0, description="yarn: the length trained at before; default: the "
+                                         "previous phase's seq_len")  # fmt: skip
+    beta_fast: float = Field(32, gt=0)
+    beta_slow: float = Field(1, gt=0)
+
+
+@dataclass(frozen=True)
+class PhaseShape:
+    """What a phase trains with beyond its weights: sequences, batch and RoPE (inherited from the phase before)."""
+
+    seq_len: int
+    global_batch: int
+    micro_batch: int
+    rope_theta: float
+    rope_scaling: dict | None = None
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.global_batch
 
 
 class Phase(BaseModel):
@@ -43,8 +78,14 @@ class Phase(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     weights: dict[str, float]
-    tokens: int | None = Field(None, gt=0)
-    fraction: float | None = Field(None, gt=0, le=1)
+    tokens: int | None = Field(None, gt=0, description="tokens trained on in this phase, at its own tokens per step")
+    fraction: float | None = Field(None, gt=0, le=1, description="share of the run's nominal tokens (steps x the "
+                                   "config's tokens per step)")  # fmt: skip
+    seq_len: int | None = Field(None, gt=0, description="context extension: the sequence length from this phase on")
+    global_batch: int | None = Field(None, gt=0, description="sequences per step from this phase on")
+    micro_batch: int | None = Field(None, gt=0, description="sequences per rank per forward from this phase on")
+    rope_theta: float | None = Field(None, gt=0, description="a new RoPE base from this phase on (e.g. 500000)")
+    rope_scaling: RopeScaling | None = None
 
 
 class Mixture(BaseModel):
@@ -86,10 +127,36 @@ class Mixture(BaseModel):
             position += phase.tokens if phase.tokens is not None else round((phase.fraction or 0) * total_tokens)
         return starts
 
-    def phase_tokens(self, total_tokens: int) -> list[int]:
-        """Tokens each phase trains on in a run of `total_tokens` (the last takes the rest; past the end, none)."""
-        starts = [min(start, total_tokens) for start in self.phase_starts(total_tokens)] + [total_tokens]
-        return [max(0, end - start) for start, end in zip(starts, starts[1:])]
+    def shapes(self, base: PhaseShape) -> list[PhaseShape]:
+        """Each phase's shape: what it sets, else the previous phase's, starting from the training config's `base`."""
+        shapes, current = [], base
+        for phase in self.phases:
+            changes = {key: getattr(phase, key) for key in ("seq_len", "global_batch", "micro_batch", "rope_theta")
+                       if getattr(phase, key) is not None}  # fmt: skip
+            if phase.rope_scaling is not None:
+                scaling = phase.rope_scaling.model_dump()
+                scaling["original_seq_len"] = scaling["original_seq_len"] or current.seq_len
+                changes["rope_scaling"] = scaling
+            current = replace(current, **changes)
+            shapes.append(current)
+        return shapes
+
+    def phase_start_steps(self, total_steps: int, base: PhaseShape) -> list[int]:
+        """The step at which each phase begins. A phase ends once the tokens trained reach the nominal token count
+        at which the next begins (`phase_starts` of steps x the base tokens per step), each step counting its own
+        phase's tokens, so a longer-context phase reaches its budget in fewer steps."""
+        nominal = self.phase_starts(total_steps * base.tokens_per_step)
+        starts, step, done = [0], 0, 0
+        for shape, end in zip(self.shapes(base), nominal[1:]):
+            steps = max(0, -(-(end - done) // shape.tokens_per_step))
+            step, done = step + steps, done + steps * shape.tokens_per_step
+            starts.append(step)
+        return starts
+
+    def scheduled_phase_tokens(self, total_steps: int, base: PhaseShape) -> list[int]:
+        """Tokens each phase trains on in a run of `total_steps`, at its own sequence length and batch."""
+        starts = [min(start, total_steps) for start in self.phase_start_steps(total_steps, base)] + [total_steps]
+        return [(end - start) * shape.tokens_per_step for shape, start, end in zip(self.shapes(base), starts, starts[1:])]
 
     def source_names(self) -> list[str]:
         return list(self.sources)

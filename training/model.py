@@ -7,6 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from training.attention import _sdpa
+from training.rope import rope_tables
 
 
 @dataclass
@@ -19,6 +20,7 @@ class ModelConfig:
     ffn_hidden: int = 688
     max_seq_len: int = 256
     rope_theta: float = 10000.0
+    rope_scaling: dict | None = None  # context extension: see training.rope
     norm_eps: float = 1e-5
     tie_embeddings: bool = True
 
@@ -36,12 +38,6 @@ MODEL_CONFIGS = {
     "small": ModelConfig(dim=768, n_layers=12, n_heads=12, n_kv_heads=4, ffn_hidden=2048, max_seq_len=1024, vocab_size=32768),
     "1b": ModelConfig(dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, ffn_hidden=8192, max_seq_len=2048, vocab_size=128256),
 }
-
-
-def rope_tables(config: ModelConfig, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, config.head_dim, 2, device=device).float() / config.head_dim))
-    angles = torch.outer(torch.arange(config.max_seq_len, device=device).float(), inv_freq)
-    return angles.cos(), angles.sin()
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -106,16 +102,22 @@ class Transformer(nn.Module):
         self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.output.weight = self.tok_embeddings.weight
-        cos, sin = rope_tables(config)
+        cos, sin = rope_tables(config.head_dim, config.max_seq_len, config.rope_theta, config.rope_scaling)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.reset_parameters()
+
+    def set_rope(self, theta: float, scaling: dict | None) -> None:
+        """A new RoPE base or scaling, as a context-extension phase sets (the weights stay as they are)."""
+        self.config.rope_theta, self.config.rope_scaling = theta, scaling
+        device = self.tok_embeddings.weight.device
+        self.rope_cos, self.rope_sin = rope_tables(self.config.head_dim, self.config.max_seq_len, theta, scaling, device)
 
     def init_weights(self, device: torch.device | None = None) -> None:
         """Materialize a model built on the meta device (buffers included) and initialize it."""
         if device is not None:
             self.to_empty(device=device)
-        self.rope_cos, self.rope_sin = rope_tables(self.config, device=self.tok_embeddings.weight.device)
+        self.set_rope(self.config.rope_theta, self.config.rope_scaling)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -2,14 +2,16 @@
 asks of it, and the epochs that makes — checked against each source's `max_epochs` before any GPU time is spent.
 
 Available tokens are counted from the token shards themselves (each document's tokens plus its EOS, rows a
-source's `where` selects), so a bucket is measured like any other source. The tokens asked are given, or the
-Chinchilla budget of 20 tokens per parameter.
+source's `where` selects, the held-out validation rows left out), so a bucket is measured like any other source.
+The tokens asked are given, or the Chinchilla budget of 20 tokens per parameter; each phase counts its tokens at
+its own sequence length and batch.
 """
 
 from dataclasses import dataclass
 
 from training.data import read_selected
 from training.mixture import Mixture
+from training.shard_contract import TRAIN, VALIDATION
 
 CHINCHILLA_TOKENS_PER_PARAM = 20
 
@@ -21,6 +23,7 @@ class SourcePlan:
     available: int  # tokens, EOS included
     asked: int
     max_epochs: float
+    held_out: int = 0  # validation tokens, never trained on
 
     @property
     def epochs(self) -> float:
@@ -31,19 +34,18 @@ class SourcePlan:
         return self.epochs <= self.max_epochs
 
 
-def available_tokens(mixture: Mixture, name: str) -> tuple[int, int]:
-    """(documents, tokens with one EOS each) of a source, after its `where`."""
+def available_tokens(mixture: Mixture, name: str, split: str = TRAIN) -> tuple[int, int]:
+    """(documents, tokens with one EOS each) of a source's training (or held-out) rows, after its `where`."""
     documents, tokens = 0, 0
     for path in mixture.shard_files(name):
-        meta, rows = read_selected(path, ["n_tokens"], mixture.sources[name].where)
+        meta, rows = read_selected(path, ["n_tokens"], mixture.sources[name].where, split)
         documents += len(rows)
         tokens += int(meta["n_tokens"].to_numpy()[rows].sum()) + len(rows)
     return documents, tokens
 
 
-def plan(mixture: Mixture, total_tokens: int) -> tuple[list[int], list[SourcePlan]]:
-    """Tokens per phase, and per source what it has and what the phases ask of it."""
-    phase_tokens = mixture.phase_tokens(total_tokens)
+def plan(mixture: Mixture, phase_tokens: list[int]) -> list[SourcePlan]:
+    """Per source what it has and what the phases (training `phase_tokens` each) ask of it."""
     asked = dict.fromkeys(mixture.source_names(), 0.0)
     for phase, tokens in enumerate(phase_tokens):
         for name, weight in zip(mixture.source_names(), mixture.weights(phase)):
@@ -51,8 +53,9 @@ def plan(mixture: Mixture, total_tokens: int) -> tuple[list[int], list[SourcePla
     sources = []
     for name in mixture.source_names():
         documents, tokens = available_tokens(mixture, name)
-        sources.append(SourcePlan(name, documents, tokens, round(asked[name]), mixture.sources[name].max_epochs))
-    return phase_tokens, sources
+        held_out = available_tokens(mixture, name, VALIDATION)[1]
+        sources.append(SourcePlan(name, documents, tokens, round(asked[name]), mixture.sources[name].max_epochs, held_out))
+    return sources
 
 
 def over_cap(sources: list[SourcePlan]) -> str | None:

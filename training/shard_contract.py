@@ -1,8 +1,19 @@
 """The token-shard contract between `curate tokenize` (which writes shards) and `train` (which reads them), named
 once: curation imports it from here, and training imports nothing from curation."""
 
+import hashlib
+
 import pyarrow as pa
 
 EOS_TOKEN = "<|endoftext|>"  # ends every document in the token stream
 TOKENIZER_FILE = "tokenizer.json"  # beside the shards, and beside a training run
 TOKEN_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("tokens", pa.list_(pa.int32())), ("n_tokens", pa.int32())])
+SPLIT_COLUMN = "split"  # "train" or "validation": a document's side of the held-out slice
+TRAIN, VALIDATION = "train", "validation"
+
+
+def held_out(doc_id: str, fraction: float) -> bool:
+    """Whether a document belongs to the validation slice: by a hash of its id, so the same documents are held out
+    whatever the run, the shard order or the number of workers."""
+    digest = hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") < fraction * 2**64

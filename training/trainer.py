@@ -2,6 +2,7 @@
 
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -16,7 +17,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from training import checkpoint, storage
 from training.attention import choose_attention
 from training.config import TrainConfig
-from training.data import MixtureLoader
+from training.data import MixtureLoader, ValidationSet
 from training.export import write_model_config
 from training.metrics import MetricsWriter, ProgressLine, SpikeDetector, peak_flops, peak_memory_mb
 from training.mixture import Mixture
@@ -45,55 +46,102 @@ def _optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optim
     return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2), foreach=True)
 
 
-def train_step(model, optimizer, batches, sources: int, device: torch.device, clip: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward and backward over the step's micro-batches, clip, optimizer step. Returns the per-source loss sums
-    followed by the per-source token counts (summed over all ranks) and the gradient norm."""
-    sums = torch.zeros(2 * sources, dtype=torch.float64, device=device)
+def _accumulate(sums: torch.Tensor, width: int, token_loss: torch.Tensor, sources: torch.Tensor) -> None:
+    """Add a micro-batch's loss sums and token counts per source into `sums` ([losses | counts], `width` each)."""
+    sums[:width].index_add_(0, sources, token_loss.sum(dim=1).double())
+    sums[width : 2 * width].index_add_(0, sources, torch.full_like(sources, token_loss.shape[1], dtype=torch.float64))
+
+
+def forward_backward(model, batches, sources: int, device: torch.device, z_loss: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward and backward over the step's micro-batches. Returns, summed over all ranks, the per-source loss sums,
+    the per-source token counts and the z-loss sum; and this rank's mean loss per sequence, in plan order."""
+    sums = torch.zeros(2 * sources + 1, dtype=torch.float64, device=device)
+    per_sequence = []
     for batch in batches:
-        inputs, targets = batch.inputs.to(device), batch.targets.to(device)
-        logits = model(inputs)
-        token_loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
-        (token_loss.mean() / len(batches)).backward()
-        source = batch.sources.to(device)
-        sums[:sources].index_add_(0, source, token_loss.detach().sum(dim=1).double())
-        sums[sources:].index_add_(0, source, torch.full_like(source, targets.shape[1], dtype=torch.float64))
+        inputs, targets, source = batch.inputs.to(device), batch.targets.to(device), batch.sources.to(device)
+        logits = model(inputs).float()
+        token_loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
+        objective = token_loss.mean()
+        if z_loss:  # PaLM: keeps the softmax normalizer near 1, against logit drift in bf16
+            log_z_squared = torch.logsumexp(logits, dim=-1).pow(2)
+            objective = objective + z_loss * log_z_squared.mean()
+            sums[-1] += log_z_squared.detach().sum().double()
+        (objective / len(batches)).backward()
+        _accumulate(sums, sources, token_loss.detach(), source)
+        per_sequence.append(token_loss.detach().mean(dim=1))
+    dist.all_reduce(sums)
+    return sums, torch.cat(per_sequence)
+
+
+def optimizer_step(model, optimizer, clip: float, apply: bool) -> torch.Tensor:
+    """Clip and step (or, for a skipped spike, drop the gradients); returns the gradient norm before clipping."""
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-    optimizer.step()
+    if apply:
+        optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    return grad_norm
+
+
+def evaluate(model, batches, sources: int, device: torch.device) -> torch.Tensor:
+    """Validation loss sums then token counts per source, over all ranks (padding rows dropped)."""
+    sums = torch.zeros(2 * (sources + 1), dtype=torch.float64, device=device)
+    with torch.no_grad():
+        for batch in batches:
+            inputs, targets = batch.inputs.to(device), batch.targets.to(device)
+            logits = model(inputs).float()
+            token_loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
+            _accumulate(sums, sources + 1, token_loss, batch.sources.to(device))
     dist.all_reduce(sums)
-    return sums, grad_norm
+    return torch.cat([sums[:sources], sums[sources + 1 : 2 * sources + 1]])
+
+
+def offending_documents(loader: MixtureLoader, per_sequence: torch.Tensor, threshold: float) -> dict[str, list[str]]:
+    """The documents of the spike's sequences that are themselves over the threshold (or not finite); all the
+    batch's documents when the spike is spread over it. Every rank calls it (it gathers the sequence losses)."""
+    gathered = [torch.empty_like(per_sequence) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, per_sequence)
+    losses = torch.cat(gathered).cpu()
+    bad = ~torch.isfinite(losses) | (losses > threshold)
+    chosen = bad if bad.any() else torch.ones_like(bad)
+    documents: dict[str, dict[str, None]] = {}
+    for sequence, keep in zip(loader.last_step_documents(), chosen.tolist()):
+        if keep:
+            documents.setdefault(sequence["source"], {}).update(dict.fromkeys(sequence["doc_ids"]))
+    return {source: list(ids) for source, ids in documents.items()}
 
 
 class StepLog:
     """Rank 0's view of each step: spikes and lineage to events.jsonl / lineage.jsonl, metrics every `log_every`
-    steps to metrics.jsonl (and TensorBoard), and the progress line."""
+    steps and at each validation to metrics.jsonl (and TensorBoard), and the progress line."""
 
     def __init__(self, config: TrainConfig, mixture: Mixture, loader: MixtureLoader, out: Path, start: int, world: int,
-                 per_token: float, peak: float | None, device: torch.device):  # fmt: skip
+                 model_config, num_params: int, peak: float | None, device: torch.device):  # fmt: skip
         self.config, self.mixture, self.loader, self.out = config, mixture, loader, out
-        self.world, self.per_token, self.peak, self.device = world, per_token, peak, device
+        self.world, self.model_config, self.num_params, self.peak, self.device = world, model_config, num_params, peak, device
         self.writer, self.line = MetricsWriter(out), ProgressLine(config.steps, start)
-        self.tokens_per_step = config.global_batch * config.seq_len
-        self.timer = time.perf_counter()
+        self.timer, self.tokens = time.perf_counter(), 0
 
-    def __call__(self, done: int, loss: float, verdict: str | None, sums: torch.Tensor, grad_norm: torch.Tensor, lr: float) -> None:
+    def event(self, record: dict, message: str) -> None:
+        self.writer.event(record)
+        self.line.print(f"[yellow]{message}[/]")
+
+    def __call__(self, done: int, loss: float, verdict: str | None, sums: torch.Tensor, grad_norm: torch.Tensor, lr: float,
+                 validation: torch.Tensor | None, eval_seconds: float) -> None:  # fmt: skip
         config, loader, names = self.config, self.loader, self.loader.names
-        if verdict or (config.lineage_every and done % config.lineage_every == 0):
-            entry = {"step": done, "loss": loss, "sequences": loader.last_step_documents()}
-            if verdict:
-                self.writer.event({**entry, "event": verdict})
-                self.line.print(f"[yellow]step {done}: loss {loss:.4f} is a {verdict}; its documents are in events.jsonl[/]")
-            else:
-                with open(self.out / "lineage.jsonl", "a") as handle:
-                    handle.write(json.dumps(entry) + "\n")
-        if done % config.log_every and done != config.steps:
+        shape = loader.shapes[loader.phase]
+        self.tokens += shape.tokens_per_step
+        if config.lineage_every and done % config.lineage_every == 0 and not verdict:
+            with open(self.out / "lineage.jsonl", "a") as handle:
+                handle.write(json.dumps({"step": done, "loss": loss, "sequences": loader.last_step_documents()}) + "\n")
+        if done % config.log_every and done != config.steps and validation is None:
             return
-        elapsed = time.perf_counter() - self.timer
-        tokens_per_s = self.tokens_per_step * config.log_every / elapsed if elapsed > 0 else 0.0
+        elapsed = time.perf_counter() - self.timer - eval_seconds
+        tokens_per_s = self.tokens / elapsed if elapsed > 0 else 0.0
         seen = loader.tokens_per_source()
         total_seen = sum(seen.values())
-        counts = sums[len(names) :]
+        counts = sums[len(names) : 2 * len(names)]
+        per_token = flops_per_token(self.model_config, self.num_params, shape.seq_len)
         record = {
             "step": done,
             "loss": loss,
@@ -102,19 +150,29 @@ class StepLog:
             "token_share": {n: seen[n] / total_seen for n in names},
             "phase": self.mixture.phases[loader.phase].name,
             "target_weight": dict(zip(names, self.mixture.weights(loader.phase))),
+            "seq_len": shape.seq_len,
+            "tokens_per_step": shape.tokens_per_step,
             "lr": lr,
             "grad_norm": grad_norm.item(),
             "tokens_per_s": tokens_per_s,
-            "mfu": (tokens_per_s / self.world * self.per_token / self.peak) if self.peak else "unknown",
+            "mfu": (tokens_per_s / self.world * per_token / self.peak) if self.peak else "unknown",
             "peak_memory_mb": peak_memory_mb(self.device),
         }
+        if config.z_loss:
+            record["z_loss"] = (sums[-1] / counts.sum()).item()
+        validation_text = ""
+        if validation is not None:
+            held = validation[len(names) :]
+            record["val_loss"] = (validation[: len(names)].sum() / held.sum()).item()
+            record["val_loss_per_source"] = {n: (validation[i] / held[i]).item() for i, n in enumerate(names) if held[i] > 0}
+            validation_text = f"  val {record['val_loss']:.4f}"
         self.writer.log(record)
         mfu = f"{record['mfu']:.1%}" if self.peak else "unknown"
         self.line.update(done, loss, tokens_per_s, mfu)
         per_source = " ".join(f"{n} {v:.3f}" for n, v in record["loss_per_source"].items())
-        self.line.print(f"step {done:>6}/{config.steps}  loss {loss:.4f} ({per_source})  lr {lr:.2e}  "
+        self.line.print(f"step {done:>6}/{config.steps}  loss {loss:.4f} ({per_source}){validation_text}  lr {lr:.2e}  "
                         f"grad {record['grad_norm']:.3f}  {tokens_per_s:,.0f} tok/s  MFU {mfu}")  # fmt: skip
-        self.timer = time.perf_counter()
+        self.timer, self.tokens = time.perf_counter(), 0
 
     def close(self) -> None:
         self.writer.close()
@@ -129,7 +187,9 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
     torch.manual_seed(config.seed)
     tokenizer = Tokenizer.from_str(storage.read_text(mixture.tokenizer_path()))
     eos_id = tokenizer.token_to_id(EOS_TOKEN)
-    model_config = config.model_config_for(tokenizer.get_vocab_size())
+    base = config.base_shape()
+    shapes = mixture.shapes(base)
+    model_config = config.model_config_for(tokenizer.get_vocab_size(), max(shape.seq_len for shape in shapes))
     param_dtype = torch.bfloat16 if config.dtype == "bf16" or (config.dtype == "auto" and device.type == "cuda") else torch.float32
 
     # on GPUs the model is built on the meta device and initialized shard by shard; on CPU it is initialized whole
@@ -146,7 +206,9 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
             model.init_weights(device)
     optimizer = _optimizer(model, config)
     loader = MixtureLoader(mixture, config.seq_len, config.global_batch, config.micro_batch, rank, world, config.seed, eos_id,
-                           total_steps=config.steps)  # fmt: skip
+                           total_steps=config.steps, rope_theta=base.rope_theta)  # fmt: skip
+    validation = ValidationSet(mixture, eos_id, config.eval_sequences) if config.eval_every else None
+    validation_batches: dict[tuple[int, int], list] = {}
 
     out.mkdir(parents=True, exist_ok=True)
     if rank == 0:  # what `train export` needs besides the checkpoint
@@ -159,29 +221,79 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
         loader.load_state_dict(state["data"])
         start = state["step"]
     device_name, peak = peak_flops(device)
-    per_token = flops_per_token(model_config, num_params, config.seq_len)
     if rank == 0:
-        log.info(f"model {config.model}: {num_params / 1e6:.2f}M params, {per_token / 1e6:.1f} MFLOP/token; "
+        log.info(f"model {config.model}: {num_params / 1e6:.2f}M params, "
+                 f"{flops_per_token(model_config, num_params, config.seq_len) / 1e6:.1f} MFLOP/token; "
                  f"attention {attention_name}; {world} rank(s) on {device_name} ({'NCCL' if device.type == 'cuda' else 'gloo'}); "
                  f"params {param_dtype}; grad accumulation {loader.grad_accum}"
                  + (f"; resumed from {found.name}" if found else ""))  # fmt: skip
+        for phase, shape, first in zip(mixture.phases, shapes, loader.phase_start_steps):
+            if shape != base or len(shapes) > 1:
+                log.info(f"phase {phase.name}: from step {first}, seq_len {shape.seq_len}, {shape.tokens_per_step:,} tokens/step, "
+                         f"RoPE theta {shape.rope_theta:g}" + (f", {shape.rope_scaling['kind']} x{shape.rope_scaling['factor']:g}"
+                                                              if shape.rope_scaling else ""))  # fmt: skip
+        if validation:
+            missing = validation.missing(max(shape.seq_len for shape in shapes))
+            if missing:
+                log.info(f"validation: {missing} hold out less than one sequence: tokenize with --validation-fraction or "
+                         "name validation_paths in the mixture")  # fmt: skip
         if start >= config.steps:
             log.info(f"already at step {start} of {config.steps}: nothing to train (raise --steps to continue)")
-    step_log = StepLog(config, mixture, loader, out, start, world, per_token, peak, device) if rank == 0 else None
+    step_log = StepLog(config, mixture, loader, out, start, world, model_config, num_params, peak, device) if rank == 0 else None
     spikes = SpikeDetector(config.spike_sigma)
-    for step in range(start, config.steps):
+    rewound: set[int] = set()
+    step = start
+    while step < config.steps:
+        shape = loader.shape
+        if (shape.rope_theta, shape.rope_scaling) != (model.config.rope_theta, model.config.rope_scaling):
+            model.set_rope(shape.rope_theta, shape.rope_scaling)
         lr = lr_at(step, peak=config.lr, min_lr=config.min_lr, warmup=config.warmup, total=config.steps,
                    kind=config.schedule, decay_frac=config.decay_frac)  # fmt: skip
         for group in optimizer.param_groups:
             group["lr"] = lr
-        sums, grad_norm = train_step(model, optimizer, loader.next_step(), len(loader.names), device, config.clip)
-        loss = (sums[: len(loader.names)].sum() / sums[len(loader.names) :].sum()).item()
+        threshold = spikes.threshold()
+        sums, per_sequence = forward_backward(model, loader.next_step(), len(loader.names), device, config.z_loss)
+        n = len(loader.names)
+        loss = (sums[:n].sum() / sums[n : 2 * n].sum()).item()
         verdict = spikes(loss)
         done = step + 1
+        action = "logged" if verdict else None
+        latest = checkpoint.latest(out / "checkpoints") if verdict and config.spike_policy == "rewind" else None
+        if verdict and config.spike_policy == "rewind" and latest is not None and done not in rewound:
+            action = f"rewound to {latest.name}"
+        elif verdict and config.spike_policy != "log":
+            action = "skipped the update"
+        grad_norm = optimizer_step(model, optimizer, config.clip, apply=action in (None, "logged"))
+        if verdict:
+            documents = offending_documents(loader, per_sequence, threshold)
+            if step_log:
+                record = {"step": done, "loss": loss, "event": verdict, "threshold": threshold if math.isfinite(threshold) else None, "action": action,
+                          "documents": documents, "sequences": loader.last_step_documents()}  # fmt: skip
+                step_log.event(record, f"step {done}: loss {loss:.4f} is a {verdict}: {action}; "
+                                       f"its documents are in events.jsonl")  # fmt: skip
+            if action.startswith("rewound"):
+                rewound.add(done)
+                state = checkpoint.load(latest, model, optimizer)
+                loader.load_state_dict(state["data"])
+                loader.skip(documents)
+                step = state["step"]
+                continue
+        eval_seconds, scores = 0.0, None
+        if validation and (done % config.eval_every == 0 or done == config.steps):
+            began = time.perf_counter()
+            key = (shape.seq_len, shape.micro_batch)
+            if key not in validation_batches:
+                validation_batches[key] = validation.batches(shape.seq_len, shape.micro_batch, rank, world)
+            scores = evaluate(model, validation_batches[key], n, device) if validation_batches[key] else None
+            eval_seconds = time.perf_counter() - began
         if step_log:
-            step_log(done, loss, verdict, sums, grad_norm, lr)
+            step_log(done, loss, verdict, sums, grad_norm, lr, scores, eval_seconds)
         if done % config.checkpoint_every == 0 or done == config.steps:
-            checkpoint.save(out / "checkpoints", done, model, optimizer, {"data": loader.state_dict()}, config.keep_checkpoints)
+            train_state = {"data": loader.state_dict(), "rope": {"theta": model.config.rope_theta, "scaling": model.config.rope_scaling}}
+            if validation:
+                train_state["validation"] = validation.fingerprint()
+            checkpoint.save(out / "checkpoints", done, model, optimizer, train_state, config.keep_checkpoints)
+        step = done
 
     if step_log:
         step_log.close()
