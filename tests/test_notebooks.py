@@ -15,7 +15,7 @@ from curation.sources import sample
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 FILTER_FIGURES = 7  # funnel, removal reasons, languages, quality, PII, duplicate clusters, decontamination
-TRAINING_FIGURES = 5  # loss, tokens, lr, grad norm, throughput (MFU is unknown on CPUs)
+TRAINING_FIGURES = 6  # loss, validation loss, tokens, lr, grad norm, throughput (MFU is unknown on CPUs)
 
 
 def run(*args: str, cwd: Path) -> str:
@@ -45,11 +45,11 @@ def runs(tmp_path_factory) -> tuple[Path, Path]:
     (folder / "recipe.yaml").write_text(recipe)
     run("curation", "run", str(folder / "recipe.yaml"), "--input", str(folder / "snapshot" / "*.warc.gz"), "--output", "curated",
         "--num-cpus", "2", "--keep-removed", cwd=folder)  # fmt: skip
-    run("curation", "tokenize", "curated", "--vocab-size", "1024", cwd=folder)
+    run("curation", "tokenize", "curated", "--vocab-size", "1024", "--validation-fraction", "0.2", cwd=folder)
     (folder / "mix.yaml").write_text("name: nb\nsources:\n  web: {paths: ['curated/tokens/part-*.parquet']}\n  web_hq: "
                                      "{paths: ['curated/tokens/part-*.parquet'], where: {column: bucket, equals: hq}, max_epochs: 100}\n"
                                      "phases:\n  - {name: a, fraction: 0.5, weights: {web: 1}}\n  - {name: b, weights: {web: 0.5, web_hq: 0.5}}\n")  # fmt: skip
-    run("training", "--mixture", "mix.yaml", "--steps", "6", "--out", "trained", cwd=folder)
+    run("training", "--mixture", "mix.yaml", "--steps", "6", "--eval-every", "2", "--out", "trained", cwd=folder)
     return folder / "curated", folder / "trained"
 
 
@@ -90,3 +90,8 @@ def test_curate_report_has_every_section(runs):
     for title, _, _ in SECTIONS + TRAINING:
         assert f"<h2>{title}</h2>" in page, title
     assert page.count("<img") == FILTER_FIGURES + TRAINING_FIGURES and page.count("not in this run") == 1  # MFU on CPU
+    from training import metrics
+
+    validated = metrics.load(str(runs[1])).dropna(subset=["val_loss"])  # the 2-phase run's curves, per source and bucket
+    assert list(validated.step) == [2, 4, 6] and set(validated.phase) == {"a", "b"}
+    assert validated[["val_loss_per_source.web", "val_loss_per_source.web_hq"]].notna().all().all()

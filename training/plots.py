@@ -24,6 +24,25 @@ def loss_figure(run: str):
     return figure
 
 
+def validation_figure(run: str):
+    """Held-out loss, total and per source (a source that selects a bucket is scored on its bucket): what mixtures
+    and filters are compared by. None when the run never validated."""
+    frame = metrics.load(run)
+    if "val_loss" not in frame.columns:
+        return None
+    frame = frame[frame.val_loss.notna()]
+    figure = Figure(figsize=(9, 4))
+    axis = figure.subplots()
+    axis.plot(frame.step, frame.val_loss, label="total", color="black", marker="o")
+    for column in _columns(frame, "val_loss_per_source."):
+        axis.plot(frame.step, frame[column], label=column.removeprefix("val_loss_per_source."), marker=".", alpha=0.7)
+    axis.set_title("validation loss (held-out documents)")
+    axis.set_xlabel("step")
+    axis.legend()
+    figure.tight_layout()
+    return figure
+
+
 def tokens_figure(run: str):
     """Each source's share of the tokens seen so far, against its target weight (which changes with the phase)."""
     frame = metrics.load(run)
@@ -73,6 +92,7 @@ def mfu_figure(run: str):
 
 SECTIONS = [
     ("Loss", loss_figure, None),
+    ("Validation loss", validation_figure, None),
     ("Tokens per source", tokens_figure, None),
     ("Learning rate", lr_figure, None),
     ("Gradient norm", grad_norm_figure, None),
