@@ -35,7 +35,7 @@ def workdir(tmp_path_factory) -> Path:
     sample.generate(folder / "snapshot", pages=200, files=4, seed=5)
     run("curation", "run", "fineweb-snapshot", "--input", str(folder / "snapshot" / "*.warc.gz"), "--output", "curated",
         "--num-cpus", "2", cwd=folder)  # fmt: skip
-    run("curation", "tokenize", "curated", "--vocab-size", "2048", cwd=folder)
+    run("curation", "tokenize", "curated", "--vocab-size", "2048", "--validation-fraction", "0.1", cwd=folder)
     (folder / "two.yaml").write_text(
         "name: two\nsources:\n"
         "  web: {paths: ['curated/tokens/part-0000[0-2].parquet']}\n"
@@ -220,3 +220,75 @@ def test_bf16_with_activation_checkpointing_and_compile_resumes_bit_identically(
     run(*common, "--out", "bf16-killed", "--resume", cwd=workdir)
     killed = metrics.load(str(workdir / "bf16-killed")).set_index("step")
     assert list(killed.loc[4:6].loss) == list(whole.loc[4:6].loss) and list(killed.loc[4:6].lr) == list(whole.loc[4:6].lr)
+
+
+def adam_updates(checkpoint: Path) -> int:
+    """Optimizer steps taken, from AdamW's own counter in a DCP checkpoint."""
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    dcp_to_torch_save(str(checkpoint), str(checkpoint.parent / "whole.pt"))
+    state = torch.load(checkpoint.parent / "whole.pt", weights_only=False)
+    (checkpoint.parent / "whole.pt").unlink()
+    (steps,) = {int(param_state["step"]) for param_state in state["optim"]["state"].values()}  # one count for all
+    return steps
+
+
+def test_spike_policies_skip_the_update_or_rewind_past_a_planted_bad_document(workdir, monkeypatch):
+    """A document of rare random tokens, planted where it lands a few steps after the spike detector's warm-up:
+    `skip` drops those steps' updates, `rewind` reloads the last checkpoint and never trains on it again; both name
+    it in events.jsonl."""
+    import numpy as np
+
+    from training.data import MixtureLoader
+    from training.mixture import load_mixture
+
+    garbage = np.random.default_rng(0).integers(1024, 2048, 1100).tolist()  # the upper half of a 2,048 vocabulary
+    (workdir / "planted").mkdir(exist_ok=True)
+    table = pa.table({"id": ["planted-garbage"], "source": ["web"], "tokens": [garbage], "n_tokens": [len(garbage)]}, schema=TOKEN_SCHEMA)
+    pq.write_table(table, workdir / "planted" / "part-00000.parquet")
+    (workdir / "spike.yaml").write_text("name: spike\ntokenizer: curated/tokens/tokenizer.json\nsources:\n  web: {paths: "
+                                        "['curated/tokens/part-*.parquet', 'planted/*.parquet'], max_epochs: 100}\n")  # fmt: skip
+    (workdir / "spiky.yaml").write_text(SETTINGS + "spike_sigma: 3\n")
+    monkeypatch.chdir(workdir)  # the mixture's paths are relative to it
+    mixture = load_mixture("spike.yaml")
+
+    def planted_steps(seed: int) -> list[int]:
+        data, steps = MixtureLoader(mixture, 64, 8, 2, 0, 1, seed, 0, total_steps=20), []
+        for step in range(1, 21):
+            data.plan_step()
+            steps += [step] if any("planted-garbage" in s["doc_ids"] for s in data.last_step_documents()) else []
+        return steps
+
+    seed, steps = next((seed, steps) for seed in range(100) for steps in [planted_steps(seed)] if steps and 13 <= steps[0] <= 16)
+    common = ["training", "--mixture", "spike.yaml", "--config", "spiky.yaml", "--steps", "20", "--seed", str(seed),
+              "--checkpoint-every", "5"]  # fmt: skip
+    run(*common, "--spike-policy", "skip", "--out", "skip", cwd=workdir)
+    events = [json.loads(line) for line in (workdir / "skip" / "events.jsonl").read_text().splitlines()]
+    print(f"\nplanted document in steps {steps} (seed {seed}); skip: " + "; ".join(
+        f"step {e['step']} loss {e['loss']:.2f} over {e['threshold']:.2f}: {e['action']}" for e in events))  # fmt: skip
+    assert events and {e["step"] for e in events} <= set(steps) and events[0]["step"] == steps[0]
+    assert all(e["action"] == "skipped the update" and "planted-garbage" in e["documents"]["web"] for e in events)
+    assert adam_updates(workdir / "skip" / "checkpoints" / "step-00000020") == 20 - len(events)
+
+    run(*common, "--spike-policy", "rewind", "--lineage-every", "1", "--out", "rewind", cwd=workdir)
+    events = [json.loads(line) for line in (workdir / "rewind" / "events.jsonl").read_text().splitlines()]
+    checkpoint = f"step-{(steps[0] - 1) // 5 * 5:08d}"
+    print(f"rewind: " + "; ".join(f"step {e['step']} loss {e['loss']:.2f}: {e['action']}, skipping {e['documents']}" for e in events))
+    assert len(events) == 1 and events[0]["step"] == steps[0] and events[0]["action"] == f"rewound to {checkpoint}"
+    assert "planted-garbage" in events[0]["documents"]["web"]
+    lineage = [json.loads(line) for line in (workdir / "rewind" / "lineage.jsonl").read_text().splitlines()]
+    replayed = [entry for entry in lineage[lineage.index(next(e for e in lineage if e["step"] == steps[0] - 1)) + 1 :]]
+    assert all("planted-garbage" not in s["doc_ids"] for entry in replayed for s in entry["sequences"])
+    state = json.loads((workdir / "rewind" / "checkpoints" / "step-00000020" / "train_state.json").read_text())
+    assert "planted-garbage" in state["data"]["skipped"]["web"]
+    assert adam_updates(workdir / "rewind" / "checkpoints" / "step-00000020") == 20
+    final = losses(workdir / "rewind")
+    assert max(final[s] for s in steps) < events[0]["threshold"]
+
+
+def test_z_loss_is_logged_and_trains(workdir):
+    run("training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "3", "--z-loss", "1e-4", "--out", "z",
+        cwd=workdir)  # fmt: skip
+    frame = metrics.load(str(workdir / "z"))
+    assert frame.z_loss.notna().all() and (frame.z_loss > 0).all() and frame.loss.notna().all()
