@@ -84,7 +84,8 @@ def test_loss_falls_on_a_repeated_batch(workdir):
 
 
 def test_kill_mid_phase_and_resume_is_bit_identical_and_one_rank_resumes_two_rank_checkpoints(workdir):
-    common = ["training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "12", "--checkpoint-every", "4"]
+    common = ["training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "12", "--checkpoint-every", "4",
+              "--eval-every", "4"]  # fmt: skip
     run(*common, "--out", "whole", cwd=workdir)
     whole = losses(workdir / "whole")
     record = metrics.load(str(workdir / "whole")).iloc[-1]
@@ -102,6 +103,12 @@ def test_kill_mid_phase_and_resume_is_bit_identical_and_one_rank_resumes_two_ran
     assert after and [killed[s] for s in after] == [whole[s] for s in after]  # across the phase switch after step 6
     rates = {name: metrics.load(str(workdir / name)).drop_duplicates("step", keep="last").set_index("step").lr for name in ("whole", "killed")}
     assert [rates["killed"][s] for s in after] == [rates["whole"][s] for s in after]  # the same LR horizon
+    validated = {name: metrics.load(str(workdir / name)).dropna(subset=["val_loss"]).set_index("step") for name in ("whole", "killed")}
+    assert list(validated["whole"].index) == [4, 8, 12]  # the held-out slice, scored in total and per source
+    assert validated["whole"][["val_loss_per_source.web", "val_loss_per_source.more"]].notna().all().all()
+    for column in ("val_loss", "val_loss_per_source.web", "val_loss_per_source.more"):  # the same slice after a resume
+        assert list(validated["killed"].loc[[s for s in (8, 12) if s > resumed_from], column]) == list(
+            validated["whole"].loc[[s for s in (8, 12) if s > resumed_from], column])
 
     (workdir / "one-rank" / "checkpoints").mkdir(parents=True)
     shutil.copytree(workdir / "whole" / "checkpoints" / "step-00000004", workdir / "one-rank" / "checkpoints" / "step-00000004")
@@ -110,6 +117,53 @@ def test_kill_mid_phase_and_resume_is_bit_identical_and_one_rank_resumes_two_ran
     differences = [abs(one_rank[s] - whole[s]) / whole[s] for s in range(5, 13)]
     print(f"\n1-rank resume of a 2-rank checkpoint: max relative loss difference over steps 5-12 = {max(differences):.2e}")
     assert max(differences) < 1e-4
+
+
+def test_context_extension_phase_128_to_512_resumes_bit_identically_and_exports_with_yarn(workdir, tmp_path):
+    """A curriculum that trains at 128 tokens, then at 512 with a new RoPE base and YaRN scaling and as many tokens
+    per step: killed before the switch or after it, the resumed losses are bit-identical; the export carries the
+    YaRN RoPE and transformers computes our logits on 512 tokens."""
+    transformers = pytest.importorskip("transformers", reason="transformers is in the test extra")
+    import torch
+
+    from training.export import find_checkpoint, load_model
+
+    (workdir / "extend.yaml").write_text(
+        "name: extend\nsources:\n  web: {paths: ['curated/tokens/part-*.parquet'], max_epochs: 100}\nphases:\n"
+        "  - {name: short, fraction: 0.5, weights: {web: 1}}\n"
+        "  - {name: long, weights: {web: 1}, seq_len: 512, global_batch: 2, micro_batch: 1, rope_theta: 40000,\n"
+        "     rope_scaling: {kind: yarn, factor: 4}}\n"
+    )
+    (workdir / "short.yaml").write_text(SETTINGS.replace("seq_len: 64", "seq_len: 128"))
+    common = ["training", "--mixture", "extend.yaml", "--config", "short.yaml", "--steps", "8", "--checkpoint-every", "3",
+              "--eval-every", "2"]  # fmt: skip
+    run(*common, "--out", "extend", cwd=workdir)
+    whole = metrics.load(str(workdir / "extend")).set_index("step")
+    assert list(whole.seq_len) == [128] * 4 + [512] * 4 and set(whole.tokens_per_step) == {1024}
+    assert list(whole.phase) == ["short"] * 4 + ["long"] * 4 and whole.loc[[2, 4, 6, 8], "val_loss"].notna().all()
+    kill_at_checkpoint(workdir, common, "extend-killed", 3)  # resumes before the switch and runs across it
+    run(*common, "--out", "extend-killed", "--resume", cwd=workdir)
+    (workdir / "extend-late" / "checkpoints").mkdir(parents=True)  # resumes after the switch
+    shutil.copytree(workdir / "extend" / "checkpoints" / "step-00000006", workdir / "extend-late" / "checkpoints" / "step-00000006")
+    run(*common, "--out", "extend-late", "--resume", cwd=workdir)
+    for name, first in (("extend-killed", 4), ("extend-late", 7)):
+        resumed = metrics.load(str(workdir / name)).set_index("step")
+        assert list(resumed.loc[first:8].loss) == list(whole.loc[first:8].loss), name
+        assert list(resumed.loc[first:8].val_loss.dropna()) == list(whole.loc[first:8].val_loss.dropna()), name
+
+    run("training", "export", "--checkpoint", "extend", "--out", str(tmp_path / "hf"), cwd=workdir)
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["rope_theta"] == 40000 and config["max_position_embeddings"] == 512
+    assert config["rope_scaling"] == {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
+                                      "beta_fast": 32.0, "beta_slow": 1.0}  # fmt: skip
+    ours = load_model(*find_checkpoint(workdir / "extend"))
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), dtype=torch.float32).eval()
+    ids = torch.from_numpy(pq.read_table(workdir / "curated" / "tokens" / "part-00000.parquet")["tokens"].combine_chunks().values
+                           .to_numpy()[:512].astype("int64"))[None]  # fmt: skip
+    with torch.no_grad():
+        difference = (ours(ids) - theirs(ids).logits).abs().max().item()
+    print(f"\nexported YaRN model: max |logit difference| on 512 tokens = {difference:.2e}")
+    assert difference < 1e-4
 
 
 def test_lineage_and_missing_sources_are_reported(workdir):
@@ -274,7 +328,7 @@ def test_spike_policies_skip_the_update_or_rewind_past_a_planted_bad_document(wo
     run(*common, "--spike-policy", "rewind", "--lineage-every", "1", "--out", "rewind", cwd=workdir)
     events = [json.loads(line) for line in (workdir / "rewind" / "events.jsonl").read_text().splitlines()]
     checkpoint = f"step-{(steps[0] - 1) // 5 * 5:08d}"
-    print(f"rewind: " + "; ".join(f"step {e['step']} loss {e['loss']:.2f}: {e['action']}, skipping {e['documents']}" for e in events))
+    print("rewind: " + "; ".join(f"step {e['step']} loss {e['loss']:.2f}: {e['action']}, skipping {e['documents']}" for e in events))
     assert len(events) == 1 and events[0]["step"] == steps[0] and events[0]["action"] == f"rewound to {checkpoint}"
     assert "planted-garbage" in events[0]["documents"]["web"]
     lineage = [json.loads(line) for line in (workdir / "rewind" / "lineage.jsonl").read_text().splitlines()]
