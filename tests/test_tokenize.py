@@ -44,3 +44,19 @@ def test_a_folder_that_is_not_a_run_is_named(tmp_path, capsys):
     assert main(["tokenize", web, str(tmp_path / "nothing")]) == 2
     assert "nothing has no manifest.json" in capsys.readouterr().err
     assert not (tmp_path / "web" / "tokens").exists()  # every run is checked before any is written
+
+
+def test_tokenize_holds_out_a_validation_slice_by_id_hash(tmp_path, capsys):
+    from training.shard_contract import held_out
+
+    texts = [f"document number {i} says something about topic {i % 7}" for i in range(400)]
+    web = curated_run(tmp_path / "web", "web", texts)
+    assert main(["tokenize", web, "--vocab-size", "300", "--validation-fraction", "0.25"]) == 0
+    shard = pq.read_table(tmp_path / "web" / "tokens" / "part-00000.parquet")
+    split = dict(zip(shard["id"].to_pylist(), shard["split"].to_pylist()))
+    assert all((kind == "validation") == held_out(doc_id, 0.25) for doc_id, kind in split.items())
+    held = sum(kind == "validation" for kind in split.values())
+    assert 60 < held < 140  # a quarter of 400, by hash
+    stats = json.loads((tmp_path / "web" / "tokens" / "stats.json").read_text())
+    assert stats["sources"]["web"]["validation_documents"] == held and stats["validation_fraction"] == 0.25
+    assert main(["tokenize", web, "--validation-fraction", "1.5"]) == 2 and "not in [0, 1)" in capsys.readouterr().err

@@ -458,3 +458,17 @@ def test_spike_detector_takes_a_lasting_level_shift_as_the_new_level():
     assert detect(9.0) == "spike" and detect.threshold() == threshold  # a spike stays out of the window
     assert detect(3.01) is None
     assert [detect(6.0) for _ in range(3)] == ["spike", "spike", None] and detect.threshold() == math.inf
+
+
+def test_a_resume_scored_on_another_held_out_slice_is_refused(three_sources, tmp_path):
+    import subprocess
+    import sys
+
+    mixture, _ = three_sources
+    path = glob.glob(mixture.sources["web"].paths[0])[0].rsplit("/", 2)[0] + "/mix.yaml"
+    step = tmp_path / "run" / "checkpoints" / "step-00000004"
+    step.mkdir(parents=True)
+    (step / "train_state.json").write_text(json.dumps({"step": 4, "validation": {"web": "0" * 16}}))
+    done = subprocess.run([sys.executable, "-m", "training", "--mixture", path, "--steps", "5", "--out", str(tmp_path / "run"),
+                           "--resume"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 2 and "held-out validation documents of ['code', 'rest', 'web'] differ" in done.stderr, done.stderr
