@@ -1,5 +1,6 @@
 """Curation stages: one file per stage, each a small class over `pyarrow.Table`, free of Ray."""
 
+from filters.badwords import BadWordsFilter
 from filters.base import Stage, StageResult
 from filters.code_filters import CodeFilters
 from filters.decontam import Decontaminator
@@ -16,8 +17,8 @@ from filters.url_filter import UrlFilter
 STAGES: dict[str, type[Stage]] = {
     stage.name: stage for stage in (
         HtmlExtractor, LanguageFilter, UrlFilter, HeuristicFilters, QualityScorer, PiiScrubber, ExactDedup, MinhashDedup,
-        Decontaminator, CodeFilters, QualityBuckets,
+        Decontaminator, CodeFilters, QualityBuckets, BadWordsFilter,
     )
 }
 
-__all__ = ["STAGES", "Stage", "StageResult", "CodeFilters", "Decontaminator", "ExactDedup", "MinhashDedup", "HeuristicFilters", "HtmlExtractor", "LanguageFilter", "PiiScrubber", "QualityBuckets", "QualityScorer", "UrlFilter"]
+__all__ = ["STAGES", "Stage", "StageResult", "BadWordsFilter", "CodeFilters", "Decontaminator", "ExactDedup", "MinhashDedup", "HeuristicFilters", "HtmlExtractor", "LanguageFilter", "PiiScrubber", "QualityBuckets", "QualityScorer", "UrlFilter"]
