@@ -75,9 +75,7 @@ class BadWordsFilter(Stage):
             lines = [line for line in text.lower().split("\n") if line.strip()]
             hits = sum(1 for line in lines if pattern.search(line))
             shares.append(hits / len(lines) if lines else 0.0)
-            if self.params.rule == "hard":
-                found = pattern.search(text.lower()) is not None
-            else:
-                found = shares[-1] > self.params.max_line_share
+            # no listed word holds a newline, so C4's search of the whole text finds one exactly when a line holds one
+            found = hits > 0 if self.params.rule == "hard" else shares[-1] > self.params.max_line_share
             reasons.append(f"badwords/{ALIASES.get(language, language)}" if found else None)
         return Annotation(reasons, {"badword_line_share": shares}, {f"no_list/{lang}": n for lang, n in unlisted.items()})

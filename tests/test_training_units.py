@@ -373,7 +373,7 @@ def test_held_out_slice_is_by_id_hash_never_trained_on_and_the_same_for_every_se
     assert len(ranks[0]) == len(ranks[1])  # every rank runs as many forwards: FSDP gathers in each
     padding = torch.cat([b.sources for r in ranks for b in r])
     assert (padding == 3).sum() == 1 and (padding < 3).sum() == 9  # 9 sequences on 2 ranks: one padding row
-    assert ValidationSet(marked, eos, 4).fingerprint() == ValidationSet(marked, eos, 1).fingerprint()
+    assert ValidationSet(marked, eos, 4).fingerprint == ValidationSet(marked, eos, 1).fingerprint
 
 
 def test_a_longer_context_phase_continues_every_stream_and_resumes(three_sources):

@@ -111,8 +111,7 @@ def cmd_plan(argv: list[str]) -> int:
         phases.add_column(column)
     starts = mixture.phase_start_steps(steps, base)
     for phase, shape, first, tokens in zip(mixture.phases, mixture.shapes(base), starts, phase_tokens):
-        rope = f"theta {shape.rope_theta:g}" + (f", {shape.rope_scaling['kind']} x{shape.rope_scaling['factor']:g}" if shape.rope_scaling else "")
-        phases.add_row(phase.name, f"{first:,}", f"{shape.seq_len:,}", f"{shape.tokens_per_step:,}", rope, f"{tokens:,}",
+        phases.add_row(phase.name, f"{first:,}", f"{shape.seq_len:,}", f"{shape.tokens_per_step:,}", shape.rope, f"{tokens:,}",
                        ", ".join(f"{k} {v:g}" for k, v in phase.weights.items()))  # fmt: skip
     console.print(phases)
     table = Table(title="Sources")
@@ -186,7 +185,7 @@ def _same_validation(mixture, previous: Path) -> None:
     if saved is None:
         return
     eos_id = Tokenizer.from_str(storage.read_text(mixture.tokenizer_path())).token_to_id(EOS_TOKEN)
-    now = ValidationSet(mixture, eos_id, 1).fingerprint()
+    now = ValidationSet(mixture, eos_id, 1).fingerprint
     changed = sorted(name for name in set(saved) | set(now) if saved.get(name) != now.get(name))
     if changed:
         raise ValueError(f"the held-out validation documents of {changed} differ from those of {previous}: the shards were "

@@ -19,6 +19,7 @@ The rows `curate tokenize` held out (`split` = validation) and a source's `valid
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -26,20 +27,29 @@ import torch
 
 from training import storage
 from training.mixture import Mixture, PhaseShape, SourceFilter
-from training.shard_contract import SPLIT_COLUMN, TRAIN, VALIDATION
+from training.shard_contract import SPLIT_COLUMN, VALIDATION
 
 VALIDATION_SEED = 0  # the held-out order, the same for every run
 
 
-def read_selected(path: str, columns: list[str], where: SourceFilter | None, split: str | None = None) -> tuple[pa.Table, np.ndarray]:
-    """`columns` of a token shard, and the rows a source's `where` keeps (all without one) on the `split` side
-    (train or validation) of the held-out slice; `split` None takes every row. A shard without a `split` column
-    holds only training rows."""
+@dataclass
+class ShardRows:
+    """A shard's documents that a source selects (its `where` applied), as training rows and held-out rows: one
+    read serves the training stream, the validation set and `train plan`."""
+
+    path: str
+    meta: pa.Table  # the columns asked for
+    train: np.ndarray  # row indexes
+    held_out: np.ndarray
+
+
+def read_selected(path: str, columns: list[str], where: SourceFilter | None) -> ShardRows:
+    """`columns` of a token shard and the rows a source's `where` keeps (all without one), split by the `split`
+    column `curate tokenize` writes (a shard without one holds only training rows)."""
     names = storage.column_names(path)
     if where is not None and where.column not in names:
         raise ValueError(f"{path} has no column {where.column!r} to select by: tokenize a run whose stages add it")
-    marked = split is not None and SPLIT_COLUMN in names
-    extra = ([where.column] if where is not None else []) + ([SPLIT_COLUMN] if marked else [])
+    extra = ([where.column] if where is not None else []) + ([SPLIT_COLUMN] if SPLIT_COLUMN in names else [])
     meta = storage.read_parquet(path, columns + [c for c in dict.fromkeys(extra) if c not in columns])
     keep = np.ones(meta.num_rows, dtype=bool)
     if where is not None:
@@ -50,12 +60,17 @@ def read_selected(path: str, columns: list[str], where: SourceFilter | None, spl
                 keep[row] = False
             elif where.max is not None and (value is None or value > where.max):
                 keep[row] = False
-    if marked:
+    held = np.zeros(meta.num_rows, dtype=bool)
+    if SPLIT_COLUMN in names:
         held = np.array([value == VALIDATION for value in meta[SPLIT_COLUMN].to_pylist()], dtype=bool)
-        keep &= held if split == VALIDATION else ~held
-    elif split == VALIDATION:
-        keep[:] = False
-    return meta, np.flatnonzero(keep)
+    return ShardRows(path, meta, np.flatnonzero(keep & ~held), np.flatnonzero(keep & held))
+
+
+def read_sources(mixture: Mixture, paths_of=None) -> dict[str, list[ShardRows]]:
+    """Every source's shards (or, with `paths_of(name)`, other shards of it), read once for ids and lengths."""
+    paths_of = paths_of or mixture.shard_files
+    return {name: [read_selected(path, ["id", "n_tokens"], mixture.sources[name].where) for path in paths_of(name)]
+            for name in mixture.source_names()}  # fmt: skip
 
 
 def choose_sources(counts: list[int], weights: list[float], n: int) -> list[int]:
@@ -73,12 +88,12 @@ class SourceStream:
     """One source's documents as a token stream with EOS after each document, reshuffled every epoch. Skipped
     documents (after a rewind) take no room in the stream from then on."""
 
-    def __init__(self, name: str, files: list[tuple[str, str | None]], seed: int, eos_id: int, where: SourceFilter | None = None,
-                 cached_files: int = 8):  # fmt: skip
-        self.name, self.files, self.seed, self.eos_id = name, [path for path, _ in files], seed, eos_id
+    def __init__(self, name: str, selections: list[tuple[ShardRows, np.ndarray]], seed: int, eos_id: int, cached_files: int = 8):
+        """`selections`: each shard with the rows of it the stream holds."""
+        self.name, self.files, self.seed, self.eos_id = name, [shard.path for shard, _ in selections], seed, eos_id
         ids, lengths, locations = [], [], []
-        for file_index, (path, split) in enumerate(files):
-            meta, rows = read_selected(path, ["id", "n_tokens"], where, split)
+        for file_index, (shard, rows) in enumerate(selections):
+            meta = shard.meta
             ids += [meta["id"][int(row)].as_py() for row in rows]
             lengths.append(meta["n_tokens"].to_numpy()[rows])
             locations += [(file_index, int(row)) for row in rows]
@@ -127,25 +142,23 @@ class SourceStream:
         values, offsets = self._tokens[file_index]
         return values[offsets[row] : offsets[row + 1]]
 
-    def _documents(self, epoch: int, offset: int, length: int) -> list[int]:
-        """The documents (indexes) a window overlaps, in stream order."""
+    def _documents(self, epoch: int, offset: int, length: int) -> tuple[list[int], int]:
+        """The documents (indexes) a window overlaps, in stream order, and where the first of them starts."""
         order, starts = self._layout(epoch)
         first = int(np.searchsorted(starts, offset, side="right") - 1)
         last = int(np.searchsorted(starts, offset + length + 1, side="left"))
-        return [int(order[i]) for i in range(first, last) if self.doc_lengths[order[i]]]
+        return [int(order[i]) for i in range(first, last) if self.doc_lengths[order[i]]], int(starts[first])
 
     def doc_ids_of(self, epoch: int, offset: int, length: int) -> list[str]:
-        return [self.doc_ids[doc] for doc in self._documents(epoch, offset, length)]
+        return [self.doc_ids[doc] for doc in self._documents(epoch, offset, length)[0]]
 
     def sequence(self, epoch: int, offset: int, length: int) -> np.ndarray:
         """length + 1 tokens: inputs are [:-1], targets [1:]."""
-        documents = self._documents(epoch, offset, length)
+        documents, first_start = self._documents(epoch, offset, length)
         pieces = []
         for doc in documents:
             pieces += [self._doc_tokens(doc), np.array([self.eos_id])]
         stream = np.concatenate(pieces).astype(np.int64)
-        order, starts = self._layout(epoch)
-        first_start = starts[int(np.searchsorted(starts, offset, side="right") - 1)]
         return stream[offset - first_start : offset - first_start + length + 1]
 
 
@@ -169,7 +182,8 @@ class MixtureLoader:
     """Yields each step's micro-batches for this rank; `state_dict()` is the same on every rank."""
 
     def __init__(self, mixture: Mixture, seq_len: int, global_batch: int, micro_batch: int, rank: int, world: int,
-                 seed: int, eos_id: int, total_steps: int = 1, rope_theta: float = 10000.0):  # fmt: skip
+                 seed: int, eos_id: int, total_steps: int = 1, rope_theta: float = 10000.0,
+                 shards: dict[str, list[ShardRows]] | None = None):  # fmt: skip
         base = PhaseShape(seq_len, global_batch, micro_batch, rope_theta)
         self.shapes = mixture.shapes(base)
         for phase, shape in zip(mixture.phases, self.shapes):
@@ -178,11 +192,9 @@ class MixtureLoader:
                                  f"{shape.micro_batch} x ranks {world}")  # fmt: skip
         self.mixture, self.rank, self.world, self.seed = mixture, rank, world, seed
         self.names = mixture.source_names()
-        self.streams = [
-            SourceStream(name, [(path, TRAIN) for path in mixture.shard_files(name)], seed * 1000 + i, eos_id,
-                         mixture.sources[name].where)  # fmt: skip
-            for i, name in enumerate(self.names)
-        ]
+        shards = shards or read_sources(mixture)
+        self.streams = [SourceStream(name, [(shard, shard.train) for shard in shards[name]], seed * 1000 + i, eos_id)
+                        for i, name in enumerate(self.names)]  # fmt: skip
         for stream in self.streams:
             if not stream.doc_ids:
                 raise ValueError(f"source {stream.name!r}: no training document in {len(stream.files)} shard(s) matches "
@@ -273,31 +285,43 @@ class ValidationSet:
     """The held-out documents of every source (its `where` applied, so a bucket is scored on its own), packed in an
     order fixed for every run, so runs with other seeds, other mixtures or a resume are scored on the same text."""
 
-    def __init__(self, mixture: Mixture, eos_id: int, sequences: int):
+    def __init__(self, mixture: Mixture, eos_id: int, sequences: int, shards: dict[str, list[ShardRows]] | None = None):
+        """`shards`: the sources' shards as the loader read them (read here when not given)."""
         self.names, self.sequences = mixture.source_names(), sequences
-        self.streams = {}
-        for name in self.names:
-            spec = mixture.sources[name]
-            files = [(path, VALIDATION) for path in mixture.shard_files(name)]
-            files += [(path, None) for pattern in spec.validation_paths for path in sorted(storage.glob(pattern))]
-            self.streams[name] = SourceStream(name, files, VALIDATION_SEED, eos_id, spec.where)
+        self._batches: dict[tuple[int, int, int, int], list[Batch]] = {}
+        shards = shards or read_sources(mixture)
+        named = read_sources(mixture, lambda name: sorted({p for g in mixture.sources[name].validation_paths for p in storage.glob(g)}))
+        self.streams = {
+            name: SourceStream(name, [(shard, shard.held_out) for shard in shards[name]]
+                               + [(shard, np.union1d(shard.train, shard.held_out)) for shard in named[name]], VALIDATION_SEED, eos_id)
+            for name in self.names
+        }  # fmt: skip
+
+    def count(self, name: str, seq_len: int) -> int:
+        """Sequences scored for a source: up to `sequences`, as many as its held-out tokens fill."""
+        return min(self.sequences, max(0, (self.streams[name].epoch_tokens - 1) // seq_len))
 
     def missing(self, seq_len: int) -> list[str]:
         """Sources with less held out than one sequence."""
-        return [name for name, stream in self.streams.items() if stream.epoch_tokens < seq_len + 1]
+        return [name for name in self.names if not self.count(name, seq_len)]
 
+    @cached_property
     def fingerprint(self) -> dict[str, str]:
         """Per source, a digest of its held-out document ids: a resume checks it is scored on the same slice."""
         return {name: hashlib.sha256("\n".join(sorted(s.doc_ids)).encode()).hexdigest()[:16] for name, s in self.streams.items()}
 
     def batches(self, seq_len: int, micro_batch: int, rank: int, world: int) -> list[Batch]:
-        """This rank's micro-batches of up to `sequences` sequences per source; every rank gets as many (padding
-        rows carry the source index one past the last, which scoring drops)."""
+        """This rank's micro-batches of up to `sequences` sequences per source, made once per shape; every rank gets
+        as many (padding rows carry the source index one past the last, which scoring drops)."""
+        key = (seq_len, micro_batch, rank, world)
+        if key not in self._batches:
+            self._batches[key] = self._pack(seq_len, micro_batch, rank, world)
+        return self._batches[key]
+
+    def _pack(self, seq_len: int, micro_batch: int, rank: int, world: int) -> list[Batch]:
         rows = []
         for index, name in enumerate(self.names):
-            stream = self.streams[name]
-            count = min(self.sequences, max(0, (stream.epoch_tokens - 1) // seq_len))
-            rows += [(index, stream.sequence(0, k * seq_len, seq_len)) for k in range(count)]
+            rows += [(index, self.streams[name].sequence(0, k * seq_len, seq_len)) for k in range(self.count(name, seq_len))]
         if not rows:
             return []
         per_rank = -(-len(rows) // world)

@@ -70,6 +70,12 @@ class PhaseShape:
     def tokens_per_step(self) -> int:
         return self.seq_len * self.global_batch
 
+    @property
+    def rope(self) -> str:
+        """The RoPE in words, for logs and `train plan`."""
+        scaling = f", {self.rope_scaling['kind']} x{self.rope_scaling['factor']:g}" if self.rope_scaling else ""
+        return f"theta {self.rope_theta:g}{scaling}"
+
 
 class Phase(BaseModel):
     """A curriculum phase: its source weights for `tokens` tokens, or a `fraction` of the run; the last phase may

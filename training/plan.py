@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from training.data import read_selected
 from training.mixture import Mixture
-from training.shard_contract import TRAIN, VALIDATION
 
 CHINCHILLA_TOKENS_PER_PARAM = 20
 
@@ -23,7 +22,7 @@ class SourcePlan:
     available: int  # tokens, EOS included
     asked: int
     max_epochs: float
-    held_out: int = 0  # validation tokens, never trained on
+    held_out: int  # validation tokens, never trained on
 
     @property
     def epochs(self) -> float:
@@ -34,14 +33,16 @@ class SourcePlan:
         return self.epochs <= self.max_epochs
 
 
-def available_tokens(mixture: Mixture, name: str, split: str = TRAIN) -> tuple[int, int]:
-    """(documents, tokens with one EOS each) of a source's training (or held-out) rows, after its `where`."""
-    documents, tokens = 0, 0
+def available_tokens(mixture: Mixture, name: str) -> tuple[int, int, int]:
+    """(documents, tokens with one EOS each) of a source's training rows after its `where`, and its held-out tokens."""
+    documents, tokens, held_out = 0, 0, 0
     for path in mixture.shard_files(name):
-        meta, rows = read_selected(path, ["n_tokens"], mixture.sources[name].where, split)
-        documents += len(rows)
-        tokens += int(meta["n_tokens"].to_numpy()[rows].sum()) + len(rows)
-    return documents, tokens
+        shard = read_selected(path, ["n_tokens"], mixture.sources[name].where)
+        lengths = shard.meta["n_tokens"].to_numpy() + 1
+        documents += len(shard.train)
+        tokens += int(lengths[shard.train].sum())
+        held_out += int(lengths[shard.held_out].sum())
+    return documents, tokens, held_out
 
 
 def plan(mixture: Mixture, phase_tokens: list[int]) -> list[SourcePlan]:
@@ -52,8 +53,7 @@ def plan(mixture: Mixture, phase_tokens: list[int]) -> list[SourcePlan]:
             asked[name] += tokens * weight
     sources = []
     for name in mixture.source_names():
-        documents, tokens = available_tokens(mixture, name)
-        held_out = available_tokens(mixture, name, VALIDATION)[1]
+        documents, tokens, held_out = available_tokens(mixture, name)
         sources.append(SourcePlan(name, documents, tokens, round(asked[name]), mixture.sources[name].max_epochs, held_out))
     return sources
 

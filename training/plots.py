@@ -10,18 +10,22 @@ def _columns(frame, prefix: str) -> list[str]:
     return [c for c in frame.columns if c.startswith(prefix)]
 
 
-def loss_figure(run: str):
-    frame = metrics.load(run)
+def _total_and_per_source(frame, total: str, per_source: str, title: str, marker: str | None = None):
+    """The `total` column in black and each `per_source.<name>` column beside it, over the steps."""
     figure = Figure(figsize=(9, 4))
     axis = figure.subplots()
-    axis.plot(frame.step, frame.loss, label="total", color="black")
-    for column in _columns(frame, "loss_per_source."):
-        axis.plot(frame.step, frame[column], label=column.removeprefix("loss_per_source."), alpha=0.7)
-    axis.set_title("loss")
+    axis.plot(frame.step, frame[total], label="total", color="black", marker=marker)
+    for column in _columns(frame, per_source + "."):
+        axis.plot(frame.step, frame[column], label=column.removeprefix(per_source + "."), marker=marker and ".", alpha=0.7)
+    axis.set_title(title)
     axis.set_xlabel("step")
     axis.legend()
     figure.tight_layout()
     return figure
+
+
+def loss_figure(run: str):
+    return _total_and_per_source(metrics.load(run), "loss", "loss_per_source", "loss")
 
 
 def validation_figure(run: str):
@@ -30,17 +34,8 @@ def validation_figure(run: str):
     frame = metrics.load(run)
     if "val_loss" not in frame.columns:
         return None
-    frame = frame[frame.val_loss.notna()]
-    figure = Figure(figsize=(9, 4))
-    axis = figure.subplots()
-    axis.plot(frame.step, frame.val_loss, label="total", color="black", marker="o")
-    for column in _columns(frame, "val_loss_per_source."):
-        axis.plot(frame.step, frame[column], label=column.removeprefix("val_loss_per_source."), marker=".", alpha=0.7)
-    axis.set_title("validation loss (held-out documents)")
-    axis.set_xlabel("step")
-    axis.legend()
-    figure.tight_layout()
-    return figure
+    validated = frame[frame.val_loss.notna()]
+    return _total_and_per_source(validated, "val_loss", "val_loss_per_source", "validation loss (held-out documents)", marker="o")
 
 
 def tokens_figure(run: str):

@@ -17,7 +17,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from training import checkpoint, storage
 from training.attention import choose_attention
 from training.config import TrainConfig
-from training.data import MixtureLoader, ValidationSet
+from training.data import MixtureLoader, ValidationSet, read_sources
 from training.export import write_model_config
 from training.metrics import MetricsWriter, ProgressLine, SpikeDetector, peak_flops, peak_memory_mb
 from training.mixture import Mixture
@@ -81,6 +81,19 @@ def optimizer_step(model, optimizer, clip: float, apply: bool) -> torch.Tensor:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return grad_norm
+
+
+LOGGED, SKIPPED, REWOUND = "logged", "skipped the update", "rewound to"
+
+
+def spike_action(policy: str, verdict: str | None, latest: Path | None, rewound_here: bool) -> str | None:
+    """What a step does about a spike: nothing (no spike), log it, skip its update, or rewind to `latest` (only with a
+    checkpoint to go back to, and once per step: a spike that recurs after a rewind is skipped)."""
+    if not verdict:
+        return None
+    if policy == "rewind" and latest is not None and not rewound_here:
+        return f"{REWOUND} {latest.name}"
+    return LOGGED if policy == "log" else SKIPPED
 
 
 def evaluate(model, batches, sources: int, device: torch.device) -> torch.Tensor:
@@ -205,10 +218,10 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
         with torch.no_grad():
             model.init_weights(device)
     optimizer = _optimizer(model, config)
+    shards = read_sources(mixture)  # read once for the training streams and the held-out slice
     loader = MixtureLoader(mixture, config.seq_len, config.global_batch, config.micro_batch, rank, world, config.seed, eos_id,
-                           total_steps=config.steps, rope_theta=base.rope_theta)  # fmt: skip
-    validation = ValidationSet(mixture, eos_id, config.eval_sequences) if config.eval_every else None
-    validation_batches: dict[tuple[int, int], list] = {}
+                           total_steps=config.steps, rope_theta=base.rope_theta, shards=shards)  # fmt: skip
+    validation = ValidationSet(mixture, eos_id, config.eval_sequences, shards) if config.eval_every else None
 
     out.mkdir(parents=True, exist_ok=True)
     if rank == 0:  # what `train export` needs besides the checkpoint
@@ -230,8 +243,7 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
         for phase, shape, first in zip(mixture.phases, shapes, loader.phase_start_steps):
             if shape != base or len(shapes) > 1:
                 log.info(f"phase {phase.name}: from step {first}, seq_len {shape.seq_len}, {shape.tokens_per_step:,} tokens/step, "
-                         f"RoPE theta {shape.rope_theta:g}" + (f", {shape.rope_scaling['kind']} x{shape.rope_scaling['factor']:g}"
-                                                              if shape.rope_scaling else ""))  # fmt: skip
+                         f"RoPE {shape.rope}")  # fmt: skip
         if validation:
             missing = validation.missing(max(shape.seq_len for shape in shapes))
             if missing:
@@ -242,7 +254,7 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
     step_log = StepLog(config, mixture, loader, out, start, world, model_config, num_params, peak, device) if rank == 0 else None
     spikes = SpikeDetector(config.spike_sigma)
     rewound: set[int] = set()
-    step = start
+    n, step = len(loader.names), start
     while step < config.steps:
         shape = loader.shape
         if (shape.rope_theta, shape.rope_scaling) != (model.config.rope_theta, model.config.rope_scaling):
@@ -252,26 +264,21 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
         for group in optimizer.param_groups:
             group["lr"] = lr
         threshold = spikes.threshold()
-        sums, per_sequence = forward_backward(model, loader.next_step(), len(loader.names), device, config.z_loss)
-        n = len(loader.names)
+        sums, per_sequence = forward_backward(model, loader.next_step(), n, device, config.z_loss)
         loss = (sums[:n].sum() / sums[n : 2 * n].sum()).item()
         verdict = spikes(loss)
         done = step + 1
-        action = "logged" if verdict else None
         latest = checkpoint.latest(out / "checkpoints") if verdict and config.spike_policy == "rewind" else None
-        if verdict and config.spike_policy == "rewind" and latest is not None and done not in rewound:
-            action = f"rewound to {latest.name}"
-        elif verdict and config.spike_policy != "log":
-            action = "skipped the update"
-        grad_norm = optimizer_step(model, optimizer, config.clip, apply=action in (None, "logged"))
+        action = spike_action(config.spike_policy, verdict, latest, done in rewound)
+        grad_norm = optimizer_step(model, optimizer, config.clip, apply=action in (None, LOGGED))
         if verdict:
             documents = offending_documents(loader, per_sequence, threshold)
             if step_log:
-                record = {"step": done, "loss": loss, "event": verdict, "threshold": threshold if math.isfinite(threshold) else None, "action": action,
-                          "documents": documents, "sequences": loader.last_step_documents()}  # fmt: skip
+                record = {"step": done, "loss": loss, "event": verdict, "threshold": threshold if math.isfinite(threshold) else None,
+                          "action": action, "documents": documents, "sequences": loader.last_step_documents()}  # fmt: skip
                 step_log.event(record, f"step {done}: loss {loss:.4f} is a {verdict}: {action}; "
                                        f"its documents are in events.jsonl")  # fmt: skip
-            if action.startswith("rewound"):
+            if action.startswith(REWOUND):
                 rewound.add(done)
                 state = checkpoint.load(latest, model, optimizer)
                 loader.load_state_dict(state["data"])
@@ -281,17 +288,15 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
         eval_seconds, scores = 0.0, None
         if validation and (done % config.eval_every == 0 or done == config.steps):
             began = time.perf_counter()
-            key = (shape.seq_len, shape.micro_batch)
-            if key not in validation_batches:
-                validation_batches[key] = validation.batches(shape.seq_len, shape.micro_batch, rank, world)
-            scores = evaluate(model, validation_batches[key], n, device) if validation_batches[key] else None
+            batches = validation.batches(shape.seq_len, shape.micro_batch, rank, world)
+            scores = evaluate(model, batches, n, device) if batches else None
             eval_seconds = time.perf_counter() - began
         if step_log:
             step_log(done, loss, verdict, sums, grad_norm, lr, scores, eval_seconds)
         if done % config.checkpoint_every == 0 or done == config.steps:
             train_state = {"data": loader.state_dict(), "rope": {"theta": model.config.rope_theta, "scaling": model.config.rope_scaling}}
             if validation:
-                train_state["validation"] = validation.fingerprint()
+                train_state["validation"] = validation.fingerprint
             checkpoint.save(out / "checkpoints", done, model, optimizer, train_state, config.keep_checkpoints)
         step = done
 
