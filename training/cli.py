@@ -9,6 +9,7 @@ import torch
 
 from training import storage
 from training.attention import KERNELS
+from training.metrics import SPIKE_POLICIES
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int)
     parser.add_argument("--eval-every", type=int, dest="eval_every",
                         help="validation loss, total and per source, on the held-out slice every N steps (0: never)")
-    parser.add_argument("--spike-policy", choices=["log", "skip", "rewind"], dest="spike_policy",
+    parser.add_argument("--spike-policy", choices=SPIKE_POLICIES, dest="spike_policy",
                         help="on a loss spike: log its documents, skip the update, or rewind to the last checkpoint and "
                         "never train on the offending documents again")  # fmt: skip
     parser.add_argument("--z-loss", type=float, dest="z_loss", help="z-loss weight, e.g. 1e-4 (0: off)")
@@ -148,9 +149,10 @@ VALIDATED = "TRAIN_VALIDATED"  # set by `train` for the ranks it launches
 
 
 def _validate(args, mixture, config) -> None:
-    """Shards and tokenizer found and shared, repetition within the sources' caps, no run clobbered: raises
-    MixtureError or ValueError with one line."""
+    """Shards and tokenizer found and shared, repetition within the sources' caps, no run clobbered, a resume scored
+    on the held-out slice it began with: raises MixtureError or ValueError with one line."""
     from training import checkpoint
+    from training.data import read_sources
     from training.mixture import MixtureError
     from training.plan import over_cap, plan
 
@@ -159,33 +161,31 @@ def _validate(args, mixture, config) -> None:
     if not storage.is_file(mixture.tokenizer_path()):
         raise MixtureError(f"tokenizer not found: {mixture.tokenizer_path()}")
     mixture.check_one_tokenizer()
-    if "LOCAL_RANK" not in os.environ:  # not in every rank of a torchrun launched by hand: it reads every shard
-        problem = over_cap(plan(mixture, mixture.scheduled_phase_tokens(config.steps, config.base_shape())))
+    by_hand = "LOCAL_RANK" in os.environ  # every rank of a torchrun launched by hand: skip what reads every shard
+    shards = None if by_hand else read_sources(mixture)
+    if shards:
+        problem = over_cap(plan(mixture, mixture.scheduled_phase_tokens(config.steps, config.base_shape()), shards))
         if problem:
             raise ValueError(f"{problem} (see `train plan --mixture {args.mixture}`)")
     previous = checkpoint.latest(Path(args.out) / "checkpoints")
     if previous and not args.resume:
         raise ValueError(f"{args.out} already holds a run (latest checkpoint {previous.name}): pass --resume to "
                          "continue it, or choose another --out")  # fmt: skip
-    if previous and config.eval_every:
-        _same_validation(mixture, previous)
+    if previous and shards and config.eval_every:
+        _same_validation(mixture, previous, shards)
 
 
-def _same_validation(mixture, previous: Path) -> None:
+def _same_validation(mixture, previous: Path, shards) -> None:
     """A resume is scored on the slice the run began with, or it says which source's slice changed."""
     import json
 
-    from tokenizers import Tokenizer
-
     from training import checkpoint
-    from training.data import ValidationSet
-    from training.shard_contract import EOS_TOKEN
+    from training.data import validation_digest, validation_selections
 
     saved = json.loads((previous / checkpoint.STATE_FILE).read_text()).get("validation")
     if saved is None:
         return
-    eos_id = Tokenizer.from_str(storage.read_text(mixture.tokenizer_path())).token_to_id(EOS_TOKEN)
-    now = ValidationSet(mixture, eos_id, 1).fingerprint
+    now = validation_digest(validation_selections(mixture, shards))
     changed = sorted(name for name in set(saved) | set(now) if saved.get(name) != now.get(name))
     if changed:
         raise ValueError(f"the held-out validation documents of {changed} differ from those of {previous}: the shards were "

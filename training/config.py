@@ -7,6 +7,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from training.attention import KERNELS
+from training.metrics import SPIKE_POLICIES
 from training.mixture import PhaseShape
 from training.model import MODEL_CONFIGS, ModelConfig
 
@@ -30,7 +32,7 @@ class TrainConfig(BaseModel):
     clip: float = Field(1.0, gt=0)
     seed: int = 0
     dtype: Literal["auto", "bf16", "fp32"] = Field("auto", description="auto: bf16 params on CUDA, fp32 on CPU")
-    attention: Literal["auto", "flash_attn", "sdpa", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math"] = Field(
+    attention: Literal[KERNELS] = Field(
         "auto", description="auto: flash-attn when installed on CUDA in bf16, else SDPA; sdpa-<backend> pins SDPA's kernel"
     )
     activation_checkpointing: bool = False
@@ -40,7 +42,7 @@ class TrainConfig(BaseModel):
     keep_checkpoints: int = Field(2, gt=0)
     lineage_every: int = Field(0, ge=0, description="write the documents of every N-th step's batch; 0: never")
     spike_sigma: float = Field(6.0, gt=0, description="a loss this many std above the recent mean logs its documents")
-    spike_policy: Literal["log", "skip", "rewind"] = Field(
+    spike_policy: Literal[SPIKE_POLICIES] = Field(
         "log", description="on a spike (or NaN): log its documents; skip: also drop the step's update; rewind: reload the "
         "last checkpoint and never train on the offending documents again",
     )  # fmt: skip

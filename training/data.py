@@ -19,10 +19,10 @@ The rows `curate tokenize` held out (`split` = validation) and a source's `valid
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from training import storage
@@ -38,19 +38,19 @@ class ShardRows:
     read serves the training stream, the validation set and `train plan`."""
 
     path: str
-    meta: pa.Table  # the columns asked for
+    meta: pa.Table  # id, n_tokens (and the columns selected by)
     train: np.ndarray  # row indexes
     held_out: np.ndarray
 
 
-def read_selected(path: str, columns: list[str], where: SourceFilter | None) -> ShardRows:
-    """`columns` of a token shard and the rows a source's `where` keeps (all without one), split by the `split`
+def read_selected(path: str, where: SourceFilter | None) -> ShardRows:
+    """A token shard's ids and lengths, and the rows a source's `where` keeps (all without one), split by the `split`
     column `curate tokenize` writes (a shard without one holds only training rows)."""
     names = storage.column_names(path)
     if where is not None and where.column not in names:
         raise ValueError(f"{path} has no column {where.column!r} to select by: tokenize a run whose stages add it")
     extra = ([where.column] if where is not None else []) + ([SPLIT_COLUMN] if SPLIT_COLUMN in names else [])
-    meta = storage.read_parquet(path, columns + [c for c in dict.fromkeys(extra) if c not in columns])
+    meta = storage.read_parquet(path, ["id", "n_tokens"] + list(dict.fromkeys(extra)))
     keep = np.ones(meta.num_rows, dtype=bool)
     if where is not None:
         for row, value in enumerate(meta[where.column].to_pylist()):
@@ -62,14 +62,14 @@ def read_selected(path: str, columns: list[str], where: SourceFilter | None) -> 
                 keep[row] = False
     held = np.zeros(meta.num_rows, dtype=bool)
     if SPLIT_COLUMN in names:
-        held = np.array([value == VALIDATION for value in meta[SPLIT_COLUMN].to_pylist()], dtype=bool)
+        held = pc.equal(meta[SPLIT_COLUMN], VALIDATION).fill_null(False).to_numpy(zero_copy_only=False)
     return ShardRows(path, meta, np.flatnonzero(keep & ~held), np.flatnonzero(keep & held))
 
 
 def read_sources(mixture: Mixture, paths_of=None) -> dict[str, list[ShardRows]]:
     """Every source's shards (or, with `paths_of(name)`, other shards of it), read once for ids and lengths."""
     paths_of = paths_of or mixture.shard_files
-    return {name: [read_selected(path, ["id", "n_tokens"], mixture.sources[name].where) for path in paths_of(name)]
+    return {name: [read_selected(path, mixture.sources[name].where) for path in paths_of(name)]
             for name in mixture.source_names()}  # fmt: skip
 
 
@@ -94,7 +94,7 @@ class SourceStream:
         ids, lengths, locations = [], [], []
         for file_index, (shard, rows) in enumerate(selections):
             meta = shard.meta
-            ids += [meta["id"][int(row)].as_py() for row in rows]
+            ids += meta["id"].take(rows).to_pylist()
             lengths.append(meta["n_tokens"].to_numpy()[rows])
             locations += [(file_index, int(row)) for row in rows]
         self.doc_ids = ids
@@ -281,6 +281,19 @@ class MixtureLoader:
         self.phase_counts = [state.get("phase_sequences", state.get("sequences", {})).get(name, 0) for name in self.names]
 
 
+def validation_selections(mixture: Mixture, shards: dict[str, list[ShardRows]]) -> dict[str, list[tuple[ShardRows, np.ndarray]]]:
+    """Per source, the held-out rows of its shards and every row of the shards it names in `validation_paths`."""
+    named = read_sources(mixture, mixture.validation_files)
+    return {name: [(shard, shard.held_out) for shard in shards[name]]
+            + [(shard, np.union1d(shard.train, shard.held_out)) for shard in named[name]] for name in mixture.source_names()}  # fmt: skip
+
+
+def validation_digest(selections: dict[str, list[tuple[ShardRows, np.ndarray]]]) -> dict[str, str]:
+    """Per source, a digest of its held-out document ids: a resume checks it is scored on the same slice."""
+    return {name: hashlib.sha256("\n".join(sorted(id_ for shard, rows in chosen for id_ in shard.meta["id"].take(rows).to_pylist()))
+                                 .encode()).hexdigest()[:16] for name, chosen in selections.items()}  # fmt: skip
+
+
 class ValidationSet:
     """The held-out documents of every source (its `where` applied, so a bucket is scored on its own), packed in an
     order fixed for every run, so runs with other seeds, other mixtures or a resume are scored on the same text."""
@@ -289,13 +302,9 @@ class ValidationSet:
         """`shards`: the sources' shards as the loader read them (read here when not given)."""
         self.names, self.sequences = mixture.source_names(), sequences
         self._batches: dict[tuple[int, int, int, int], list[Batch]] = {}
-        shards = shards or read_sources(mixture)
-        named = read_sources(mixture, lambda name: sorted({p for g in mixture.sources[name].validation_paths for p in storage.glob(g)}))
-        self.streams = {
-            name: SourceStream(name, [(shard, shard.held_out) for shard in shards[name]]
-                               + [(shard, np.union1d(shard.train, shard.held_out)) for shard in named[name]], VALIDATION_SEED, eos_id)
-            for name in self.names
-        }  # fmt: skip
+        selections = validation_selections(mixture, shards or read_sources(mixture))
+        self.streams = {name: SourceStream(name, selections[name], VALIDATION_SEED, eos_id) for name in self.names}
+        self.fingerprint = validation_digest(selections)
 
     def count(self, name: str, seq_len: int) -> int:
         """Sequences scored for a source: up to `sequences`, as many as its held-out tokens fill."""
@@ -304,11 +313,6 @@ class ValidationSet:
     def missing(self, seq_len: int) -> list[str]:
         """Sources with less held out than one sequence."""
         return [name for name in self.names if not self.count(name, seq_len)]
-
-    @cached_property
-    def fingerprint(self) -> dict[str, str]:
-        """Per source, a digest of its held-out document ids: a resume checks it is scored on the same slice."""
-        return {name: hashlib.sha256("\n".join(sorted(s.doc_ids)).encode()).hexdigest()[:16] for name, s in self.streams.items()}
 
     def batches(self, seq_len: int, micro_batch: int, rank: int, world: int) -> list[Batch]:
         """This rank's micro-batches of up to `sequences` sequences per source, made once per shape; every rank gets

@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # pandas only to load metrics: a GPU image may lack it
 
 METRICS_FILE = "metrics.jsonl"
 EVENTS_FILE = "events.jsonl"
+SPIKE_POLICIES = ("log", "skip", "rewind")  # what a step does about a spike (see trainer.spike_action)
 # dense BF16 tensor-core peak per device, FLOP/s
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "B200": 2250e12, "L40S": 362e12}
 

@@ -173,13 +173,17 @@ class Mixture(BaseModel):
         return [w / sum(raw) for w in raw]
 
     def shard_files(self, name: str) -> list[str]:
-        files = sorted({f for pattern in self.sources[name].paths for f in storage.glob(pattern)})
+        files = _matches(self.sources[name].paths)
         if not files:
             raise MixtureError(
                 f"mixture {self.name!r}: source {name!r} has no token shards at {self.sources[name].paths}; "
                 "curate and tokenize it first (`curate run ...`, `curate tokenize RUN_DIR`)"
             )
         return files
+
+    def validation_files(self, name: str) -> list[str]:
+        """The held-out shards a source names (`validation_paths`), none when it names none."""
+        return _matches(self.sources[name].validation_paths)
 
     def check_one_tokenizer(self) -> None:
         """Every source whose shards have a tokenizer.json beside them was tokenized with the mixture's tokenizer."""
@@ -196,6 +200,10 @@ class Mixture(BaseModel):
         if self.tokenizer:
             return self.tokenizer
         return storage.sibling(self.shard_files(self.source_names()[0])[0], TOKENIZER_FILE)
+
+
+def _matches(patterns: list[str]) -> list[str]:
+    return sorted({path for pattern in patterns for path in storage.glob(pattern)})
 
 
 def load_mixture(path: str) -> Mixture:

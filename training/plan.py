@@ -9,7 +9,7 @@ its own sequence length and batch.
 
 from dataclasses import dataclass
 
-from training.data import read_selected
+from training.data import ShardRows, read_sources
 from training.mixture import Mixture
 
 CHINCHILLA_TOKENS_PER_PARAM = 20
@@ -33,11 +33,10 @@ class SourcePlan:
         return self.epochs <= self.max_epochs
 
 
-def available_tokens(mixture: Mixture, name: str) -> tuple[int, int, int]:
+def available_tokens(shards: list[ShardRows]) -> tuple[int, int, int]:
     """(documents, tokens with one EOS each) of a source's training rows after its `where`, and its held-out tokens."""
     documents, tokens, held_out = 0, 0, 0
-    for path in mixture.shard_files(name):
-        shard = read_selected(path, ["n_tokens"], mixture.sources[name].where)
+    for shard in shards:
         lengths = shard.meta["n_tokens"].to_numpy() + 1
         documents += len(shard.train)
         tokens += int(lengths[shard.train].sum())
@@ -45,15 +44,17 @@ def available_tokens(mixture: Mixture, name: str) -> tuple[int, int, int]:
     return documents, tokens, held_out
 
 
-def plan(mixture: Mixture, phase_tokens: list[int]) -> list[SourcePlan]:
-    """Per source what it has and what the phases (training `phase_tokens` each) ask of it."""
+def plan(mixture: Mixture, phase_tokens: list[int], shards: dict[str, list[ShardRows]] | None = None) -> list[SourcePlan]:
+    """Per source what it has (from `shards`, read here when not given) and what the phases, training
+    `phase_tokens` each, ask of it."""
+    shards = shards or read_sources(mixture)
     asked = dict.fromkeys(mixture.source_names(), 0.0)
     for phase, tokens in enumerate(phase_tokens):
         for name, weight in zip(mixture.source_names(), mixture.weights(phase)):
             asked[name] += tokens * weight
     sources = []
     for name in mixture.source_names():
-        documents, tokens, held_out = available_tokens(mixture, name)
+        documents, tokens, held_out = available_tokens(shards[name])
         sources.append(SourcePlan(name, documents, tokens, round(asked[name]), mixture.sources[name].max_epochs, held_out))
     return sources
 

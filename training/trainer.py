@@ -52,22 +52,27 @@ def _accumulate(sums: torch.Tensor, width: int, token_loss: torch.Tensor, source
     sums[width : 2 * width].index_add_(0, sources, torch.full_like(sources, token_loss.shape[1], dtype=torch.float64))
 
 
+def _token_loss(model, batch, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch's logits (fp32) and cross-entropy per target token, (micro_batch, seq_len)."""
+    targets = batch.targets.to(device)
+    logits = model(batch.inputs.to(device)).float()
+    return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
+
+
 def forward_backward(model, batches, sources: int, device: torch.device, z_loss: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward and backward over the step's micro-batches. Returns, summed over all ranks, the per-source loss sums,
     the per-source token counts and the z-loss sum; and this rank's mean loss per sequence, in plan order."""
     sums = torch.zeros(2 * sources + 1, dtype=torch.float64, device=device)
     per_sequence = []
     for batch in batches:
-        inputs, targets, source = batch.inputs.to(device), batch.targets.to(device), batch.sources.to(device)
-        logits = model(inputs).float()
-        token_loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
+        logits, token_loss = _token_loss(model, batch, device)
         objective = token_loss.mean()
         if z_loss:  # PaLM: keeps the softmax normalizer near 1, against logit drift in bf16
             log_z_squared = torch.logsumexp(logits, dim=-1).pow(2)
             objective = objective + z_loss * log_z_squared.mean()
             sums[-1] += log_z_squared.detach().sum().double()
         (objective / len(batches)).backward()
-        _accumulate(sums, sources, token_loss.detach(), source)
+        _accumulate(sums, sources, token_loss.detach(), batch.sources.to(device))
         per_sequence.append(token_loss.detach().mean(dim=1))
     dist.all_reduce(sums)
     return sums, torch.cat(per_sequence)
@@ -101,10 +106,7 @@ def evaluate(model, batches, sources: int, device: torch.device) -> torch.Tensor
     sums = torch.zeros(2 * (sources + 1), dtype=torch.float64, device=device)
     with torch.no_grad():
         for batch in batches:
-            inputs, targets = batch.inputs.to(device), batch.targets.to(device)
-            logits = model(inputs).float()
-            token_loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
-            _accumulate(sums, sources + 1, token_loss, batch.sources.to(device))
+            _accumulate(sums, sources + 1, _token_loss(model, batch, device)[1], batch.sources.to(device))
     dist.all_reduce(sums)
     return torch.cat([sums[:sources], sums[sources + 1 : 2 * sources + 1]])
 
