@@ -3,6 +3,7 @@
 from filters.badwords import BadWordsFilter
 from filters.base import Stage, StageResult
 from filters.code_filters import CodeFilters
+from filters.datatrove_step import DatatroveStep
 from filters.decontam import Decontaminator
 from filters.dedup_exact import ExactDedup
 from filters.extract import HtmlExtractor
@@ -17,8 +18,8 @@ from filters.url_filter import UrlFilter
 STAGES: dict[str, type[Stage]] = {
     stage.name: stage for stage in (
         HtmlExtractor, LanguageFilter, UrlFilter, HeuristicFilters, QualityScorer, PiiScrubber, ExactDedup, MinhashDedup,
-        Decontaminator, CodeFilters, QualityBuckets, BadWordsFilter,
+        Decontaminator, CodeFilters, QualityBuckets, BadWordsFilter, DatatroveStep,
     )
 }
 
-__all__ = ["STAGES", "Stage", "StageResult", "BadWordsFilter", "CodeFilters", "Decontaminator", "ExactDedup", "MinhashDedup", "HeuristicFilters", "HtmlExtractor", "LanguageFilter", "PiiScrubber", "QualityBuckets", "QualityScorer", "UrlFilter"]
+__all__ = ["STAGES", "Stage", "StageResult", "BadWordsFilter", "CodeFilters", "DatatroveStep", "Decontaminator", "ExactDedup", "MinhashDedup", "HeuristicFilters", "HtmlExtractor", "LanguageFilter", "PiiScrubber", "QualityBuckets", "QualityScorer", "UrlFilter"]

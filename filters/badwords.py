@@ -5,7 +5,8 @@ pins (English at 25e679f, the others at 5faf2ba). The `hard` rule is C4's, decid
 dropped when its lowercased text contains a listed word or phrase flanked by non-word characters (or the text's
 ends), anywhere for ja, th and zh; C4's allow-list (common subwords of ja and zh) is removed from every list, as
 there. The hard rule removes medical, legal and educational text that names a body part or a slur once, so the
-`soft` rule drops a document only when more than `max_line_share` of its non-empty lines hold a listed word.
+`soft` rule drops a document only when at least `min_lines` of its non-empty lines, and more than `max_line_share`
+of them, hold a listed word: one mention never drops a page, however short.
 A document's list is its `language` column (the langid stage's; `nb` reads Norwegian's `no` list); a language
 without a list keeps the document and is counted.
 """
@@ -47,6 +48,7 @@ class BadWordsFilter(Stage):
     class Params(StageParams):
         rule: Literal["hard", "soft"] = Field("soft", description="hard: C4's, any listed word drops; soft: by share of lines")
         max_line_share: float = Field(0.1, ge=0, le=1, description="soft: drop when more of the non-empty lines hold a listed word")
+        min_lines: int = Field(2, ge=1, description="soft: ... and at least this many lines do")
         default_language: str = Field("en", description="the list for documents without a `language` column or value")
 
     name = "badwords"
@@ -76,6 +78,9 @@ class BadWordsFilter(Stage):
             hits = sum(1 for line in lines if pattern.search(line))
             shares.append(hits / len(lines) if lines else 0.0)
             # no listed word holds a newline, so C4's search of the whole text finds one exactly when a line holds one
-            found = hits > 0 if self.params.rule == "hard" else shares[-1] > self.params.max_line_share
+            if self.params.rule == "hard":
+                found = hits > 0
+            else:
+                found = hits >= self.params.min_lines and shares[-1] > self.params.max_line_share
             reasons.append(f"badwords/{ALIASES.get(language, language)}" if found else None)
         return Annotation(reasons, {"badword_line_share": shares}, {f"no_list/{lang}": n for lang, n in unlisted.items()})

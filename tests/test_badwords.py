@@ -68,3 +68,20 @@ def test_allow_list_alias_and_languages_without_a_list():
     result = stage(rule="hard").process(table)
     assert result.kept["id"].to_pylist() == ["0", "1", "3", "4"] and result.dropped == {"badwords/no": 1}
     assert result.stats == {"no_list/xx": 1}
+
+
+def test_the_sample_snapshot_plants_pages_the_soft_rule_drops_and_mentions_it_keeps(tmp_path):
+    import pyarrow.parquet as pq
+
+    from curation.sources import sample
+
+    sample.generate(tmp_path, pages=400, files=1, seed=3)
+    truth = pq.read_table(tmp_path / sample.TRUTH_FILE).to_pandas()
+    pages = truth[truth.kind.isin(["clean", "spam"])]
+    table = documents(list(pages.body), ["en"] * len(pages)).set_column(0, "id", pa.array(list(pages.doc_id)))
+    planted = dict(zip(pages.doc_id, pages.badwords))
+    soft, hard = stage().process(table), stage(rule="hard").process(table)
+    assert {planted[i] for i in soft.removed["id"].to_pylist()} == {"lines"}
+    assert sum(kind == "lines" for kind in planted.values()) == len(soft.removed) >= 2
+    assert {planted[i] for i in hard.removed["id"].to_pylist()} == {"lines", "mention"}
+    assert sum(kind == "mention" for kind in planted.values()) >= 5

@@ -78,8 +78,8 @@ def test_five_random_kills_then_a_rerun_equal_an_uninterrupted_run(many_files, t
     assert sorted(chaos_tables) == sorted(whole_tables)
     for name, table in whole_tables.items():
         assert chaos_tables[name].equals(table), name
-    final = next(name for name in sorted(whole_tables, reverse=True) if name.startswith("09_pii/"))
-    ids = [i for name, t in chaos_tables.items() if name.startswith("09_pii/") for i in t["id"].to_pylist()]
+    final = next(name for name in sorted(whole_tables, reverse=True) if name.startswith("10_pii/"))
+    ids = [i for name, t in chaos_tables.items() if name.startswith("10_pii/") for i in t["id"].to_pylist()]
     assert len(ids) == len(set(ids)) and final
     assert chaos_stats == whole_stats
     assert not [p for p in chaos.rglob("*") if ".tmp-" in p.name]

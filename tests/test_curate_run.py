@@ -54,7 +54,7 @@ def test_real_warc_slices_end_to_end(tmp_path):
     extracted = sum(pq.read_table(p).num_rows for p in (output / "02_extract").glob("*.parquet"))
     removed = sum(pq.read_table(p).num_rows for p in (output / "removed" / "02_extract").glob("*.parquet"))
     assert extracted + removed == read.docs_out.sum() == 16 + 1 + 1 + 22 + 15
-    assert "04_heuristics" in done.stdout
+    assert "05_heuristics" in done.stdout
     kept = pq.read_table(output / "03_langid").to_pandas()
     assert set(kept.language) == {"en"} and (kept.language_score >= 0.65).all()
     assert "Curation funnel" in curate("stats", str(output)).stdout
@@ -112,7 +112,7 @@ def test_changed_stage_reruns_it_and_what_follows_only(snapshot_files, tmp_path)
     rerun = curate("run", str(recipe), "--input", inputs, "--output", str(output), "--num-cpus", "2", "--materialize-all")
     assert "resumed: 24 stage-shard(s)" in rerun.stdout
     after = {name: path.stat().st_mtime_ns for name, path in parts(output).items()}
-    later = ("03_langid", "04_heuristics", "05_quality", "06_dedup_exact", "07_minhash", "08_decontam", "09_pii")
+    later = ("03_langid", "04_badwords", "05_heuristics", "06_quality", "07_dedup_exact", "08_minhash", "09_decontam", "10_pii")
     assert [n for n in after if after[n] != before[n]] == [n for n in after if n.startswith(later)]
     frame = stats.load(str(output))
     assert frame[frame.stage == "03_langid"].docs_out.sum() < frame[frame.stage == "03_langid"].docs_in.sum()
@@ -125,8 +125,8 @@ def test_fused_and_materialized_runs_write_the_same_documents_and_stats(snapshot
     fused, materialized = tmp_path / "fused", tmp_path / "all"
     curate("run", "fineweb-snapshot", "--input", inputs, "--output", str(fused), "--num-cpus", "2", "--keep-removed")
     curate("run", "fineweb-snapshot", "--input", inputs, "--output", str(materialized), "--num-cpus", "2", "--keep-removed", "--materialize-all")
-    assert sorted({name.split("/")[0] for name in parts(fused)}) == ["05_quality", "06_dedup_exact", "09_pii"]
-    assert len(parts(materialized)) == 10 * 8
+    assert sorted({name.split("/")[0] for name in parts(fused)}) == ["06_quality", "07_dedup_exact", "10_pii"]
+    assert len(parts(materialized)) == 11 * 8
     for name, path in parts(fused).items():
         assert pq.read_table(path).equals(pq.read_table(parts(materialized)[name])), name
     removed = sorted(p.relative_to(fused) for p in (fused / "removed").rglob("*.parquet"))
@@ -134,6 +134,11 @@ def test_fused_and_materialized_runs_write_the_same_documents_and_stats(snapshot
     for name in removed:
         assert pq.read_table(fused / name).equals(pq.read_table(materialized / name)), name
     assert pq.read_table(fused / "decontamination.parquet").equals(pq.read_table(materialized / "decontamination.parquet"))
+    truth = pq.read_table(snapshot_files / "truth.parquet").to_pandas()  # the planted bad-words pages, dropped as such
+    badwords = pq.read_table(fused / "removed" / "04_badwords").to_pandas()
+    lines = truth[truth.badwords == "lines"]
+    carriers = set(lines.doc_id) | set(truth[truth.dup_of.isin(lines.url)].doc_id)  # with their copies
+    assert set(badwords.drop_reason) == {"badwords/en"} and set(badwords.id) <= carriers and set(lines.doc_id) & set(badwords.id)
 
     def without_seconds(run: Path):
         return [[{k: v for k, v in shard.items() if k not in ("seconds", "node")} for shard in stage["shards"]]
@@ -142,7 +147,7 @@ def test_fused_and_materialized_runs_write_the_same_documents_and_stats(snapshot
     assert without_seconds(fused) == without_seconds(materialized)
     # the documents language ID removed are the same; a fused run wrote its kept ones after the quality stage
     assert report.language_figure(str(materialized)).axes[0].get_title() == "language (03_langid)"
-    assert report.language_figure(str(fused)).axes[0].get_title() == "language (03_langid; kept as written after 05_quality)"
+    assert report.language_figure(str(fused)).axes[0].get_title() == "language (03_langid; kept as written after 06_quality)"
 
 
 def test_a_failing_file_is_named_and_the_rest_finishes_up_to_dedup(snapshot_files, tmp_path):
@@ -158,7 +163,7 @@ def test_a_failing_file_is_named_and_the_rest_finishes_up_to_dedup(snapshot_file
         result = runner.run(load_recipe("fineweb-snapshot"), [good, missing], str(tmp_path / "run"), "sample")
     finally:
         ray.shutdown()
-    assert [(f.stage, f.shard) for f in result.failures] == [("00_read", 1), ("06_dedup_exact", 0)]
+    assert [(f.stage, f.shard) for f in result.failures] == [("00_read", 1), ("07_dedup_exact", 0)]
     assert result.failures[0].input == missing and "gone.warc.gz" in result.failures[0].error
     assert "shard 1 failed at 00_read" in result.failures[1].error
-    assert (tmp_path / "run" / "05_quality" / "part-00000.parquet").exists()
+    assert (tmp_path / "run" / "06_quality" / "part-00000.parquet").exists()

@@ -72,7 +72,7 @@ def test_filter_stats_notebook_draws_every_figure(runs):
     printed = " ".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     assert figures == FILTER_FIGURES, printed  # nothing is missing from this run
     tables = " ".join(o.get("data", {}).get("text/html", "") for o in outputs)
-    assert "decontam/sample-math" in tables and "removed text" in tables and "04_decontam" in tables
+    assert "decontam/sample-math" in tables and "removed text" in tables and "05_decontam" in tables
 
 
 def test_training_notebook_draws_every_figure(runs):

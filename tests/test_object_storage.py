@@ -79,7 +79,7 @@ def test_curate_and_train_on_s3_equal_a_local_run(s3, inputs, local_run, tmp_pat
     for name, table in local.items():
         assert on_s3[name].equals(table), name
     assert shard_stats(json.loads(fs.cat(f"{bucket}/run/stats.json"))) == shard_stats(json.loads((local_run / "stats.json").read_text()))
-    assert not fs.exists(f"{bucket}/run/work/06_dedup_exact") and not [p for p in fs.find(bucket) if ".tmp-" in p]
+    assert not fs.exists(f"{bucket}/run/work/07_dedup_exact") and not [p for p in fs.find(bucket) if ".tmp-" in p]
 
     assert "Curation funnel" in run("curation", "stats", url, env=env).stdout
     run("curation", "report", url, env=env)

@@ -17,11 +17,11 @@ def test_builtin_fineweb_snapshot_recipe():
     recipe = load_recipe("fineweb-snapshot")
     assert "fineweb-snapshot" in builtin_recipes()
     assert recipe.stage_dirs() == [
-        "00_read", "01_url_filter", "02_extract", "03_langid", "04_heuristics", "05_quality", "06_dedup_exact",
-        "07_minhash", "08_decontam", "09_pii",
+        "00_read", "01_url_filter", "02_extract", "03_langid", "04_badwords", "05_heuristics", "06_quality", "07_dedup_exact",
+        "08_minhash", "09_decontam", "10_pii",
     ]  # fmt: skip
-    assert recipe.build(0).params.fineweb_lists and recipe.build(4).params.model_path is None  # shipped defaults
-    assert [b.format for b in recipe.build(7).params.benchmarks] == ["gsm8k", "humaneval"]
+    assert recipe.build(0).params.fineweb_lists and recipe.build(5).params.model_path is None  # shipped defaults
+    assert [b.format for b in recipe.build(8).params.benchmarks] == ["gsm8k", "humaneval"]
     extract, langid = recipe.build(1), recipe.build(2)
     assert isinstance(extract, HtmlExtractor) and extract.params.backend == "trafilatura"
     assert isinstance(langid, LanguageFilter) and langid.params.languages == ["en"] and langid.params.min_score == 0.65

@@ -4,7 +4,9 @@ Text comes from what every machine has: English prose from Python's own document
 (`pydoc_data.topics`), code from the standard library's sources, other languages, PII and names from
 Faker's locale word lists, real GSM8K and HumanEval items (the copies shipped for decontamination) leaked into a
 few pages. Every page's kind (clean, duplicate, near-duplicate at a measured word-level Jaccard, spam, PII,
-benchmark-like, benchmark leak, code, non-UTF-8, non-HTML, error page) is written to `truth.parquet`.
+benchmark-like, benchmark leak, code, non-UTF-8, non-HTML, error page) is written to `truth.parquet`, with the
+clean pages that carry words of the shipped bad-words list (`badwords`: "lines", one in every paragraph, which both
+rules drop; "mention", one in the page, which C4's hard rule drops and the soft rule keeps).
 """
 
 import gzip
@@ -26,11 +28,12 @@ from faker import Faker
 
 from curation.schema import document_id
 from curation.sources.warc import payload_digest
+from filters.badwords import list_path
 from filters.packaged import asset
 
 SNAPSHOT = "sample"
 TRUTH_FILE = "truth.parquet"
-VERSION = b"2"  # in truth.parquet's metadata: a sample written by an older generator is written again
+VERSION = b"3"  # in truth.parquet's metadata: a sample written by an older generator is written again
 KIND_SHARES = [  # (kind, share of pages)
     ("clean", 0.374),
     ("foreign", 0.15),
@@ -59,7 +62,7 @@ TRUTH_SCHEMA = pa.schema(
         ("kind", pa.string()), ("language", pa.string()), ("charset", pa.string()), ("http_status", pa.int32()),
         ("content_type", pa.string()), ("dup_of", pa.string()), ("jaccard", pa.float64()),
         ("pii_types", pa.list_(pa.string())), ("pii_values", pa.list_(pa.string())), ("body", pa.string()),
-        ("benchmark_item", pa.string()),
+        ("benchmark_item", pa.string()), ("badwords", pa.string()),
     ],
     metadata={"sample_version": VERSION},
 )  # fmt: skip
@@ -91,6 +94,7 @@ class Page:
     code: bool = False
     payload: bytes = b""
     benchmark_item: str | None = None  # "<benchmark>/<item id>" of a leaked benchmark item, as decontam reports it
+    badwords: str | None = None  # "lines": a listed word in every paragraph; "mention": one listed word in the page
 
 
 class SampleWriter:
@@ -100,7 +104,8 @@ class SampleWriter:
         self.seed = seed
         self.prose = self._english_prose()
         self.sites = [f"{self._faker('en').domain_word()}-{i}.example.org" for i in range(40)]
-        self.leaks, self.leaked, self.spams = 0, set(), 0
+        self.leaks, self.leaked, self.spams, self.cleans = 0, set(), 0, 0
+        self.listed = [word for word in list_path("en").read_text(encoding="utf-8").split("\n") if word.isalpha()]
         with open(resources.files("datatrove") / "assets" / "banned_words.txt", encoding="utf-8") as handle:
             self.banned_words = [word for line in handle if (word := line.strip()) and word.isalpha()]
         with open(asset("benchmarks", "gsm8k", "test.jsonl"), encoding="utf-8") as gsm8k:
@@ -301,10 +306,20 @@ class SampleWriter:
                 page.payload = b"<html><head><title></title></head><body><div id='app'></div><script>load()</script></body></html>"
             else:
                 page = getattr(self, kind)(index)
+            if kind == "clean":
+                self.cleans += 1
+                if self.cleans % 15 == 0:  # a listed word once, as medical or educational text has it
+                    word = self.listed[(11 * self.cleans) % len(self.listed)]
+                    page.body += f"\n\nA glossary note: this article mentions the word {word} once, in a quotation."
+                    page.badwords = "mention"
+                elif self.cleans % 15 == 7:  # a listed word in every paragraph: what the lists are for
+                    paragraphs = page.body.split("\n\n")
+                    page.body = "\n\n".join(f"{text} And {self.listed[(self.cleans + i) % len(self.listed)]} again."
+                                              for i, text in enumerate(paragraphs))  # fmt: skip
+                    page.badwords = "lines"
+                originals.append(page)
             if not page.payload:
                 page.payload = self.html(page).encode(page.charset or "utf-8", errors="xmlcharrefreplace")
-            if kind == "clean":
-                originals.append(page)
             pages.append(page)
         return pages
 
@@ -354,7 +369,7 @@ def generate(out: str | Path, pages: int = 600, files: int = 4, seed: int = 0) -
                 "warc_record_id": record_id, "kind": page.kind, "language": page.language, "charset": page.charset,
                 "http_status": page.status, "content_type": page.content_type, "dup_of": page.dup_of,
                 "jaccard": page.jaccard, "pii_types": [t for t, _ in page.pii], "pii_values": [v for _, v in page.pii],
-                "body": page.body, "benchmark_item": page.benchmark_item,
+                "body": page.body, "benchmark_item": page.benchmark_item, "badwords": page.badwords,
             })  # fmt: skip
         _write_atomic(path, b"".join(members))
         paths.append(path)
