@@ -24,6 +24,16 @@ CANDIDATE = re.compile(r"@|\d(?:[\s().\-/+]{0,3}\d){5,}|\d{1,3}\.\d{1,3}\.\d{1,3
 SAMPLES_PER_SHARD = 5
 DAY, MONTH = r"(?:0?[1-9]|[12]\d|3[01])", r"(?:0?[1-9]|1[0-2])"
 DATE = re.compile(rf"(?:19|20)\d\d[-./]{MONTH}[-./]{DAY}\b|{DAY}[-./]{MONTH}[-./](?:19|20)?\d\d\b|{MONTH}[-./]{DAY}[-./](?:19|20)?\d\d\b")
+# what a phone number is told apart by, on its own line: words that announce one, words that announce another number,
+# street types after a house number, unit words before one
+PHONE_WORDS = re.compile(r"\b(?:phone|tel|telephone|call|mobile|cell|fax|whatsapp|sms|text me|ring|contact)\b", re.I)
+OTHER_NUMBER_WORDS = re.compile(r"\b(?:licen[cs]e|passport|account|acct|order|invoice|isbn|serial|tracking|policy|routing|"
+                                r"ticket|member|customer|reference|ref)\b", re.I)  # fmt: skip
+STREET_WORDS = re.compile(r"^\W*(?:\w+\W+){0,3}?(?:street|st|str|strasse|straße|avenue|ave|av|road|rd|lane|ln|drive|dr|"
+                          r"boulevard|blvd|way|court|ct|place|pl|close|terrace|square|sq|crescent|circle|cir|parkway|pkwy|"
+                          r"highway|hwy|rue|via|calle|avenida|plaza|alley|row|gardens|walk|hill|trail)\b", re.I)  # fmt: skip
+NANP = r"[2-9]\d\d[2-9]\d{6}"
+UNIT_WORDS = re.compile(r"\b(?:suite|ste|apt|apartment|unit|floor|fl|room|box|no)\.?\s*#?\s*$", re.I)
 
 
 class PiiParams(StageParams):
@@ -69,10 +79,26 @@ def extra_recognizers() -> list:
         supported_entity="PHONE_NUMBER",
         patterns=[Pattern("phone_digit_groups",
                           r"(?<![\w.])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?)?\d{2,5}(?:[ .-]\d{2,5}){0,4}(?:\s?x\d{1,5})?(?![\w.]?\d)",
-                          0.4)],  # fmt: skip
+                          0.4),
+                  Pattern("phone_digit_run", r"(?<![\w.+])\+?\d{10,15}(?![\w.]?\d)", 0.4)],  # fmt: skip
         context=["phone", "call", "tel", "mobile", "fax", "number", "contact"],
     )
     return [cards, phones]
+
+
+def phone_in_context(text: str, start: int, end: int) -> bool:
+    """Whether digits the phone pattern matched are a phone by their line: not a house number before a street name
+    or after a unit word, not a number announced as another kind (licence, order, ...) unless a phone word is there
+    too, and a run of 10 or more digits without separators only with a `+`, a phone word before it, or the shape of a
+    North American number (area code and exchange starting 2-9)."""
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    before, after = text[max(line_start, start - 40) : start], text[end : line_end if line_end >= 0 else len(text)]
+    announced = PHONE_WORDS.search(before) is not None
+    matched = text[start:end]
+    if not announced and (STREET_WORDS.match(after) or UNIT_WORDS.search(before) or OTHER_NUMBER_WORDS.search(before)):
+        return False
+    return announced or not re.fullmatch(r"\d{10,15}", matched) or re.fullmatch(NANP, matched) is not None
 
 
 def offline_tld_list() -> None:
@@ -162,9 +188,11 @@ class PiiScrubber(Stage):
                 key = (result.entity_type, start + result.start, start + result.end)
                 if key not in found or found[key].score < result.score:
                     found[key] = RecognizerResult(result.entity_type, key[1], key[2], result.score)
-        # the loose phone pattern also covers SSNs, cards and IPs: a specific match covering the phone span wins
+        # the loose phone pattern also covers SSNs, cards and IPs: a specific match covering the phone span wins; and
+        # any recognizer's phone (Presidio's own too) must read as one on its line
         specific = [(k[1], k[2]) for k in found if k[0] != "PHONE_NUMBER"]
-        return [r for k, r in found.items() if k[0] != "PHONE_NUMBER" or not any(a <= k[1] and k[2] <= b for a, b in specific)]
+        return [r for k, r in found.items() if k[0] != "PHONE_NUMBER"
+                or (not any(a <= k[1] and k[2] <= b for a, b in specific) and phone_in_context(text, k[1], k[2]))]  # fmt: skip
 
     def scrub(self, text: str, english: bool = True) -> tuple[str, Counter]:
         results = self.find(text, english)
