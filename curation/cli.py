@@ -107,10 +107,12 @@ def _parser() -> argparse.ArgumentParser:
     cv.add_argument("--quantize", action="store_true", help="score quantized outer models (--cutoff rows)")
     cv.add_argument("--cutoff", type=int, default=20_000)
     cv.add_argument("--seed", type=int, default=0)
-    evaluate = quality_commands.add_parser("eval", help="accuracy, precision, recall and AUC of a model on a labelled file")
+    evaluate = quality_commands.add_parser("eval", help="accuracy, precision, recall and AUC of a model on a labelled file, "
+                                           "with a bootstrap interval and the length-only baseline beside it")
     evaluate.add_argument("--model", required=True)
     evaluate.add_argument("labelled", help="JSONL(.gz) or Parquet with a text field and a 0/1 label field")
     evaluate.add_argument("--threshold", type=float, default=0.5)
+    evaluate.add_argument("--seed", type=int, default=0, help="of the bootstrap resamples")
     for sub in (train, cv, evaluate):
         sub.add_argument("--text-field", default="text")
         sub.add_argument("--label-field", default="label")
@@ -324,8 +326,13 @@ def cmd_quality(args) -> int:
         if args.quality_command == "eval":
             pairs = quality.read_texts(args.labelled, args.text_field, args.label_field)
             model = load_fasttext(Path(args.model))
-            scores = quality.score(model, [t for t, _ in pairs])
-            print(f"{args.model} on {args.labelled}: {quality.evaluate(scores, [lab for _, lab in pairs], args.threshold).line()}")
+            texts, labels = [t for t, _ in pairs], [lab for _, lab in pairs]
+            scores = quality.score(model, texts)
+            print(f"{args.model} on {args.labelled}: {quality.evaluate(scores, labels, args.threshold).line()}")
+            for name, ranking in (("model", scores), ("length only (more words ranks higher)", quality.length_scores(texts, 1.0))):
+                low, high = quality.auc_interval(ranking, labels, seed=args.seed)
+                print(f"  AUC {name}: {quality.auc(ranking, labels):.3f}  (95% bootstrap interval {low:.3f}-{high:.3f}, "
+                      f"{len(labels)} documents)")  # fmt: skip
             return 0
         if args.quality_command == "cv":
             examples = [pair for f in args.labelled for pair in quality.read_texts(f, args.text_field, args.label_field)]

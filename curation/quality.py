@@ -51,6 +51,19 @@ def auc(scores, labels) -> float:
     return float((rank_sum - positives * (positives + 1) / 2) / (positives * negatives))
 
 
+def auc_interval(scores, labels, resamples: int = 1000, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of the AUC: documents resampled with replacement (resamples that lack a class
+    are drawn again), so a difference between two models can be told from the noise of a small labelled set."""
+    scores, labels = np.asarray(scores, dtype=float), np.asarray(labels, dtype=int)
+    rng, values = np.random.default_rng(seed), []
+    while len(values) < resamples:
+        pick = rng.integers(0, len(labels), len(labels))
+        if 0 < labels[pick].sum() < len(pick):
+            values.append(auc(scores[pick], labels[pick]))
+    tail = (1 - level) / 2 * 100
+    return float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))
+
+
 @dataclass
 class Scores:
     accuracy: float

@@ -42,7 +42,19 @@ def labelled():
     return quality.read_texts(str(asset("quality", "labelled_web_text.jsonl")), label_field="label")
 
 
-def test_scoring_stage_threshold_top_fraction_and_cli(labelled, tmp_path):
+def test_bootstrap_interval_holds_the_auc_and_narrows_with_more_documents():
+    rng = np.random.default_rng(0)
+    widths = []
+    for n in (60, 600):
+        labels = rng.integers(0, 2, n)
+        scores = labels + rng.normal(0, 1.2, n)
+        low, high = quality.auc_interval(scores, labels, resamples=400)
+        assert low < quality.auc(scores, labels) < high
+        widths.append(high - low)
+    assert widths[1] < widths[0] / 2
+
+
+def test_scoring_stage_threshold_top_fraction_and_cli(labelled, tmp_path, capsys):
     from curation.cli import main
 
     data = tmp_path / "labelled.jsonl"
@@ -50,6 +62,8 @@ def test_scoring_stage_threshold_top_fraction_and_cli(labelled, tmp_path):
     model = tmp_path / "model.bin"
     assert main(["quality", "train", "--labelled", str(data), "--out", str(model), "--holdout", "0.2"]) == 0
     assert main(["quality", "eval", "--model", str(model), str(data)]) == 0
+    printed = capsys.readouterr().out
+    assert "AUC model:" in printed and "AUC length only" in printed and "95% bootstrap interval" in printed
     texts = [t for t, _ in labelled[:40]]
     table = pa.table({"id": [str(i) for i in range(40)], "text": texts})
     by_threshold = QualityScorer(QualityScorer.Params(model_path=str(model), threshold=0.5)).process(table)
