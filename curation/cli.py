@@ -370,13 +370,16 @@ def _nested_cv(quality, examples: list[tuple[str, int]], args) -> int:
     results = quality.nested_cross_validate(examples, quality.GRID, args.outer, args.inner, args.seed,
                                             quantize_cutoff=args.cutoff if args.quantize else None)  # fmt: skip
     table = Table(title=f"Nested {args.outer}x{args.inner}-fold CV on {len(examples)} documents ({time.perf_counter() - started:.0f} s)")
-    for column in ("outer fold", "chosen settings (inner CV)", "inner AUC", "held-out AUC", "length-only AUC"):
+    for column in ("outer fold", "chosen settings (inner CV)", "inner AUC", "held-out AUC", "fastText + signals AUC", "length-only AUC"):
         table.add_column(column, justify="left" if column.startswith("chosen") else "right")
     for fold, result in enumerate(results):
         chosen = " ".join(f"{k}={v}" for k, v in result.settings.items())
-        table.add_row(str(fold), chosen, f"{result.inner_auc:.3f}", f"{result.auc:.3f}", f"{result.length_auc:.3f}")
-    mean = {name: sum(getattr(r, name) for r in results) / len(results) for name in ("inner_auc", "auc", "length_auc")}
-    table.add_row("mean", "", f"{mean['inner_auc']:.3f}", f"[bold]{mean['auc']:.3f}[/]", f"{mean['length_auc']:.3f}")
+        table.add_row(str(fold), chosen, f"{result.inner_auc:.3f}", f"{result.auc:.3f}", f"{result.combined_auc:.3f}",
+                      f"{result.length_auc:.3f}")  # fmt: skip
+    names = ("inner_auc", "auc", "combined_auc", "length_auc")
+    mean = {name: sum(getattr(r, name) for r in results) / len(results) for name in names}
+    table.add_row("mean", "", f"{mean['inner_auc']:.3f}", f"[bold]{mean['auc']:.3f}[/]", f"[bold]{mean['combined_auc']:.3f}[/]",
+                  f"{mean['length_auc']:.3f}")  # fmt: skip
     _console().print(table)
     return 0
 

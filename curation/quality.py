@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from filters.heuristics import STOP_WORDS, duplicates
 from filters.quality import NEGATIVE, POSITIVE, fasttext_line, positive_probability
 
 
@@ -175,12 +176,56 @@ def length_scores(texts: list[str], sign: float) -> list[float]:
     return [sign * len(text.split()) for text in texts]
 
 
+def signals(texts: list[str], fasttext_scores: list[float]) -> np.ndarray:
+    """Per document what the pipeline's heuristics look at, beside the fastText score (as a logit): log word count,
+    stop-word share, share of lines ending in punctuation, share of repeated lines, mean word length."""
+    rows = []
+    for text, probability in zip(texts, fasttext_scores):
+        words = text.split() or [""]
+        lines = [line.strip() for line in text.split("\n") if line.strip()] or [""]
+        p = min(max(probability, 1e-4), 1 - 1e-4)
+        rows.append([np.log(p / (1 - p)), np.log1p(len(words)), sum(w.lower() in STOP_WORDS for w in words) / len(words),
+                     sum(line[-1:] in ".!?\"'" for line in lines) / len(lines), duplicates(lines)[0] / len(lines),
+                     sum(map(len, words)) / len(words)])  # fmt: skip
+    return np.array(rows, dtype=float)
+
+
+def fit_logistic(features: np.ndarray, labels, l2: float = 1.0, steps: int = 25) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """L2-regularized logistic regression by Newton steps on standardized features: (mean, std, weights with bias)."""
+    mean, std = features.mean(axis=0), features.std(axis=0) + 1e-9
+    x = np.hstack([(features - mean) / std, np.ones((len(features), 1))])
+    y, w = np.asarray(labels, dtype=float), np.zeros(x.shape[1])
+    penalty = np.diag([l2] * (x.shape[1] - 1) + [0.0])
+    for _ in range(steps):
+        p = 1 / (1 + np.exp(-x @ w))
+        gradient = x.T @ (p - y) + penalty @ w
+        hessian = x.T @ (x * (p * (1 - p))[:, None]) + penalty
+        w -= np.linalg.solve(hessian, gradient)
+    return mean, std, w
+
+
+def logistic_scores(model: tuple[np.ndarray, np.ndarray, np.ndarray], features: np.ndarray) -> np.ndarray:
+    mean, std, w = model
+    return 1 / (1 + np.exp(-(np.hstack([(features - mean) / std, np.ones((len(features), 1))]) @ w)))
+
+
+def out_of_fold_scores(examples: list[tuple[str, int]], k: int, seed: int, folder: str, **train_args) -> list[float]:
+    """Each example's fastText score from a model that did not train on it: what a model on top may learn from."""
+    result = [0.0] * len(examples)
+    for fold, (trained, held) in enumerate(folds(list(range(len(examples))), k, seed)):
+        model = train([examples[i] for i in trained], f"{folder}/oof{fold}.bin", seed=seed, **train_args)
+        for i, value in zip(held, score(model, [examples[i][0] for i in held])):
+            result[i] = value
+    return result
+
+
 @dataclass
 class NestedFold:
     settings: dict
     inner_auc: float  # the chosen settings' mean AUC on the inner folds (optimistic: they were chosen on it)
     auc: float  # the outer held-out fold, never seen while choosing
     length_auc: float  # the length-only baseline on the same held-out fold
+    combined_auc: float  # fastText score and the heuristic signals in a logistic regression, same held-out fold
 
 
 def nested_cross_validate(examples: list[tuple[str, int]], grid: dict[str, list] = GRID, outer: int = 5, inner: int = 4,
@@ -197,5 +242,11 @@ def nested_cross_validate(examples: list[tuple[str, int]], grid: dict[str, list]
             model = train(trained, f"{folder}/outer{fold}.bin", seed=seed, **fixed, **settings, **final)
             texts, labels = [t for t, _ in held], [label for _, label in held]
             sign = 1.0 if auc(length_scores([t for t, _ in trained], 1.0), [lab for _, lab in trained]) >= 0.5 else -1.0
-            results.append(NestedFold(settings, inner_auc, auc(score(model, texts), labels), auc(length_scores(texts, sign), labels)))
+            held_scores = score(model, texts)
+            # the regression learns from scores of models that never saw the document, as the held-out fold is scored
+            oof = out_of_fold_scores(trained, inner, seed, folder, **fixed, **settings)
+            combiner = fit_logistic(signals([t for t, _ in trained], oof), [lab for _, lab in trained])
+            combined = logistic_scores(combiner, signals(texts, held_scores))
+            results.append(NestedFold(settings, inner_auc, auc(held_scores, labels), auc(length_scores(texts, sign), labels),
+                                      auc(combined, labels)))  # fmt: skip
     return results

@@ -100,7 +100,22 @@ def test_nested_cross_validation_chooses_settings_without_the_scored_fold(labell
     """A 2-point grid, 3 outer x 2 inner folds: each outer fold gets settings from its own training part."""
     results = quality.nested_cross_validate(labelled, {"epoch": [5, 25], "lr": [0.5], "word_ngrams": [2]}, outer=3, inner=2)
     assert len(results) == 3 and all(r.settings["epoch"] in (5, 25) for r in results)
-    model_auc, length_auc = (float(np.mean([getattr(r, name) for r in results])) for name in ("auc", "length_auc"))
-    print(f"\nnested 3x2 CV on {len(labelled)} docs: AUC {model_auc:.3f}, length-only {length_auc:.3f}")
-    assert all(0 <= r.auc <= 1 and 0 <= r.length_auc <= 1 for r in results)
-    assert model_auc > length_auc
+    model_auc, combined_auc, length_auc = (float(np.mean([getattr(r, name) for r in results]))
+                                           for name in ("auc", "combined_auc", "length_auc"))  # fmt: skip
+    print(f"\nnested 3x2 CV on {len(labelled)} docs: AUC {model_auc:.3f}, with signals {combined_auc:.3f}, "
+          f"length-only {length_auc:.3f}")  # fmt: skip
+    assert all(0 <= r.auc <= 1 and 0 <= r.length_auc <= 1 and 0 <= r.combined_auc <= 1 for r in results)
+    assert model_auc > length_auc and combined_auc > length_auc
+
+
+def test_logistic_regression_on_signals_ranks_and_calibrates():
+    rng = np.random.default_rng(1)
+    features = rng.normal(0, 1, (2000, 3))
+    truth = 1 / (1 + np.exp(-(2 * features[:, 0] - features[:, 1])))
+    labels = (rng.random(2000) < truth).astype(int)
+    model = quality.fit_logistic(features, labels, l2=1.0)
+    predicted = quality.logistic_scores(model, features)
+    assert quality.auc(predicted, labels) > 0.8 and abs(predicted.mean() - labels.mean()) < 0.01
+    assert abs(np.corrcoef(predicted, truth)[0, 1]) > 0.99  # the third, irrelevant feature is ignored
+    rows = quality.signals(["The cat sat on the mat.\nThe cat sat on the mat.", "click here"], [0.9, 0.2])
+    assert rows.shape == (2, 6) and rows[0, 4] == 0.5 and rows[1, 3] == 0.0
