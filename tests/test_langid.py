@@ -1,11 +1,8 @@
 import pyarrow as pa
 import pytest
 
-from filters.langid import LanguageFilter
+from filters.langid import LanguageFilter, canonical, cld2_language, vote
 from tests.conftest import SHARED_DATA, shared
-
-REQUIRED = ["en", "de", "fr", "es", "ru", "zh", "ja", "ar"]
-
 
 @pytest.fixture(scope="module")
 def lid() -> LanguageFilter:
@@ -15,17 +12,21 @@ def lid() -> LanguageFilter:
 
 
 def test_accuracy_per_language_on_real_sentences(lid, capsys):
+    """The stage beside bare lid.176 on one-sentence documents: never worse by more than one sentence in 100, and at
+    least 0.90 on every language outside the bs/hr/sr group (bare lid.176: nb 0.77, sw 0.85)."""
     shared("langid/sentences/en.txt")
-    accuracy = {}
+    stage, bare = {}, {}
     for path in sorted((SHARED_DATA / "langid" / "sentences").glob("*.txt")):
         sentences = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        correct = sum(language == path.stem for language, _ in lid.predict(sentences))
-        accuracy[path.stem] = (correct / len(sentences), len(sentences))
+        labels, _ = lid.model.predict([" ".join(s.split()) for s in sentences], k=1)
+        bare[path.stem] = sum(canonical(label[0].removeprefix("__label__")) == path.stem for label in labels) / len(sentences)
+        stage[path.stem] = sum(language == path.stem for language, *_ in lid.predict(sentences)) / len(sentences)
     with capsys.disabled():
-        print("\nlid.176 accuracy on ../shared/data/langid/sentences (language: accuracy over n sentences)")
-        print("  " + "  ".join(f"{lang}={acc:.3f}/{n}" for lang, (acc, n) in accuracy.items()))
-    low = {lang: accuracy[lang][0] for lang in REQUIRED if accuracy[lang][0] < 0.95}
-    assert not low, f"accuracy below 0.95: {low}"
+        print("\nlangid accuracy on ../shared/data/langid/sentences (language: stage / bare lid.176)")
+        print("  " + "  ".join(f"{lang}={stage[lang]:.3f}/{bare[lang]:.3f}" for lang in stage))
+    assert not {lang for lang in stage if stage[lang] < bare[lang] - 0.01}, "worse than bare lid.176"
+    low = {lang: stage[lang] for lang in stage if stage[lang] < 0.90 and lang not in ("bs", "hr", "sr")}
+    assert not low, f"accuracy below 0.90: {low}"
 
 
 def test_one_batched_call_gives_each_text_its_own_prediction(lid):
@@ -35,7 +36,10 @@ def test_one_batched_call_gives_each_text_its_own_prediction(lid):
     for text in texts:
         labels, scores = lid.model.predict(" ".join(text.split()), k=1)
         expected.append((labels[0].removeprefix("__label__"), float(scores[0])))
-    assert lid.predict(texts) == expected
+    predicted = lid.predict(texts)
+    assert [score for _, score, _ in predicted] == [score for _, score in expected]
+    sure = [(language, score) for language, score, votes in predicted if votes is None]
+    assert sure == [pair for pair, (*_, votes) in zip(expected, predicted) if votes is None] and len(sure) == 3
 
 
 def test_codes_are_canonical_and_the_script_settles_chinese_against_japanese(lid):
@@ -48,8 +52,20 @@ def test_codes_are_canonical_and_the_script_settles_chinese_against_japanese(lid
         assert stage.process(pa.table({"id": ["n"], "text": [norwegian]})).kept.num_rows == 1
     chinese = [line for line in shared("langid/sentences/zh.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
     taken_for_japanese = [s for s in chinese if lid.model.predict(s, k=1)[0][0] == "__label__ja"]
-    assert taken_for_japanese and all(language == "zh" for language, _ in lid.predict(taken_for_japanese))
+    assert taken_for_japanese and all(language == "zh" for language, *_ in lid.predict(taken_for_japanese))
     assert lid.predict(["これは日本語の文章です。漢字もあります。"])[0][0] == "ja"
+
+
+def test_unsure_documents_go_to_a_vote_of_three_models():
+    assert vote("da", ["nb", "nb"]) == ("nb", 2)  # two of three outvote lid.176
+    assert vote("da", ["nb", "sv"]) == ("da", 1)  # no majority: lid.176's
+    assert vote("da", [None, None]) == ("da", 1)  # no opinions
+    assert vote("ms", ["id", "ms"]) == ("id", 1)  # a split between look-alikes goes to the far more common one
+    assert vote("nn", ["nn", "nb"]) == ("nb", 1)
+    assert vote("sw", ["sw", "en"]) == ("sw", 2)
+    assert cld2_language("Det er en fin dag i dag, og vi skal gå en tur i skogen.") in {"nb", "nn", "da"}
+    assert cld2_language("bad \x01 control") is None  # CLD2 rejects control characters: no opinion
+    assert cld2_language("\udc80 lone surrogate") is None
 
 
 def test_filter_keeps_configured_languages_above_threshold():
