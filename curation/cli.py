@@ -4,6 +4,7 @@ import argparse
 import glob
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -93,6 +94,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="choose epoch, lr and word n-grams by 4-fold CV on the training documents first")  # fmt: skip
     train.add_argument("--quantize", action="store_true", help="write fastText's compressed model (.ftz)")
     train.add_argument("--cutoff", type=int, default=20_000, help="with --quantize: rows of the embedding kept")
+    train.add_argument("--combine", action="store_true",
+                       help="also fit a logistic regression of the fastText score with the heuristics' signals (word "
+                       "count, stop words, punctuation, repetition) on out-of-fold scores; written beside the model as "
+                       "MODEL.combiner.json, which the quality stage then uses")  # fmt: skip
     train.add_argument("--threads", type=int, default=1, help="more is faster but not reproducible")
     train.add_argument("--seed", type=int, default=0)
     cv = quality_commands.add_parser(
@@ -321,15 +326,21 @@ def cmd_tokenize(args) -> int:
 def cmd_quality(args) -> int:
     from curation import quality
     from filters.langid import load_fasttext
+    from filters.quality import Combiner, combiner_beside, signals
 
     try:
         if args.quality_command == "eval":
             pairs = quality.read_texts(args.labelled, args.text_field, args.label_field)
             model = load_fasttext(Path(args.model))
             texts, labels = [t for t, _ in pairs], [lab for _, lab in pairs]
-            scores = quality.score(model, texts)
+            rankings = {"model (fastText)": quality.score(model, texts)}
+            if combiner_beside(Path(args.model)).is_file():
+                combiner = Combiner.load(combiner_beside(Path(args.model)))
+                rankings["model + signals (its combiner)"] = combiner.scores(signals(texts, rankings["model (fastText)"]))
+            scores = list(rankings.values())[-1]
             print(f"{args.model} on {args.labelled}: {quality.evaluate(scores, labels, args.threshold).line()}")
-            for name, ranking in (("model", scores), ("length only (more words ranks higher)", quality.length_scores(texts, 1.0))):
+            rankings["length only (more words ranks higher)"] = quality.length_scores(texts, 1.0)
+            for name, ranking in rankings.items():
                 low, high = quality.auc_interval(ranking, labels, seed=args.seed)
                 print(f"  AUC {name}: {quality.auc(ranking, labels):.3f}  (95% bootstrap interval {low:.3f}-{high:.3f}, "
                       f"{len(labels)} documents)")  # fmt: skip
@@ -354,9 +365,19 @@ def cmd_quality(args) -> int:
     model = quality.train(fit, args.out, dim=args.dim, bucket=args.bucket, threads=args.threads, seed=args.seed,
                           quantize=args.quantize, cutoff=args.cutoff if args.quantize else 0, **settings)  # fmt: skip
     print(f"trained on {len(fit)} documents ({sum(label for _, label in fit)} positive) -> {args.out}")
+    combiner = None
+    if args.combine:
+        with tempfile.TemporaryDirectory() as folder:
+            out_of_fold = quality.out_of_fold_scores(fit, 4, args.seed, folder, dim=args.dim, bucket=args.bucket, **settings)
+        combiner = quality.fit_combiner(fit, out_of_fold)
+        combiner.save(combiner_beside(Path(args.out)))
+        print(f"combiner (fastText + signals, fitted on 4-fold out-of-fold scores) -> {combiner_beside(Path(args.out))}")
     if held:
-        scores = quality.score(model, [t for t, _ in held])
-        print(f"held-out: {quality.evaluate(scores, [label for _, label in held]).line()}")
+        texts, labels = [t for t, _ in held], [label for _, label in held]
+        scores = quality.score(model, texts)
+        print(f"held-out: {quality.evaluate(scores, labels).line()}")
+        if combiner:
+            print(f"held-out, with signals: {quality.evaluate(combiner.scores(signals(texts, scores)), labels).line()}")
     return 0
 
 

@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from filters.heuristics import STOP_WORDS, duplicates
-from filters.quality import NEGATIVE, POSITIVE, fasttext_line, positive_probability
+from filters.quality import NEGATIVE, POSITIVE, Combiner, fasttext_line, positive_probability, signals
 
 
 def read_texts(path: str, text_field: str = "text", label_field: str | None = None) -> list[tuple[str, int | None]]:
@@ -176,22 +175,8 @@ def length_scores(texts: list[str], sign: float) -> list[float]:
     return [sign * len(text.split()) for text in texts]
 
 
-def signals(texts: list[str], fasttext_scores: list[float]) -> np.ndarray:
-    """Per document what the pipeline's heuristics look at, beside the fastText score (as a logit): log word count,
-    stop-word share, share of lines ending in punctuation, share of repeated lines, mean word length."""
-    rows = []
-    for text, probability in zip(texts, fasttext_scores):
-        words = text.split() or [""]
-        lines = [line.strip() for line in text.split("\n") if line.strip()] or [""]
-        p = min(max(probability, 1e-4), 1 - 1e-4)
-        rows.append([np.log(p / (1 - p)), np.log1p(len(words)), sum(w.lower() in STOP_WORDS for w in words) / len(words),
-                     sum(line[-1:] in ".!?\"'" for line in lines) / len(lines), duplicates(lines)[0] / len(lines),
-                     sum(map(len, words)) / len(words)])  # fmt: skip
-    return np.array(rows, dtype=float)
-
-
-def fit_logistic(features: np.ndarray, labels, l2: float = 1.0, steps: int = 25) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """L2-regularized logistic regression by Newton steps on standardized features: (mean, std, weights with bias)."""
+def fit_logistic(features: np.ndarray, labels, l2: float = 1.0, steps: int = 25) -> Combiner:
+    """L2-regularized logistic regression by Newton steps on standardized features."""
     mean, std = features.mean(axis=0), features.std(axis=0) + 1e-9
     x = np.hstack([(features - mean) / std, np.ones((len(features), 1))])
     y, w = np.asarray(labels, dtype=float), np.zeros(x.shape[1])
@@ -201,12 +186,7 @@ def fit_logistic(features: np.ndarray, labels, l2: float = 1.0, steps: int = 25)
         gradient = x.T @ (p - y) + penalty @ w
         hessian = x.T @ (x * (p * (1 - p))[:, None]) + penalty
         w -= np.linalg.solve(hessian, gradient)
-    return mean, std, w
-
-
-def logistic_scores(model: tuple[np.ndarray, np.ndarray, np.ndarray], features: np.ndarray) -> np.ndarray:
-    mean, std, w = model
-    return 1 / (1 + np.exp(-(np.hstack([(features - mean) / std, np.ones((len(features), 1))]) @ w)))
+    return Combiner(mean, std, w)
 
 
 def out_of_fold_scores(examples: list[tuple[str, int]], k: int, seed: int, folder: str, **train_args) -> list[float]:
@@ -217,6 +197,12 @@ def out_of_fold_scores(examples: list[tuple[str, int]], k: int, seed: int, folde
         for i, value in zip(held, score(model, [examples[i][0] for i in held])):
             result[i] = value
     return result
+
+
+def fit_combiner(examples: list[tuple[str, int]], out_of_fold: list[float]) -> Combiner:
+    """The regression of labels on SIGNALS, fastText's part taken from scores of models that never saw the document
+    (as a new document is scored): trained on in-sample scores it would trust fastText far too much."""
+    return fit_logistic(signals([text for text, _ in examples], out_of_fold), [label for _, label in examples])
 
 
 @dataclass
@@ -245,8 +231,7 @@ def nested_cross_validate(examples: list[tuple[str, int]], grid: dict[str, list]
             held_scores = score(model, texts)
             # the regression learns from scores of models that never saw the document, as the held-out fold is scored
             oof = out_of_fold_scores(trained, inner, seed, folder, **fixed, **settings)
-            combiner = fit_logistic(signals([t for t, _ in trained], oof), [lab for _, lab in trained])
-            combined = logistic_scores(combiner, signals(texts, held_scores))
+            combined = fit_combiner(trained, oof).scores(signals(texts, held_scores))
             results.append(NestedFold(settings, inner_auc, auc(held_scores, labels), auc(length_scores(texts, sign), labels),
                                       auc(combined, labels)))  # fmt: skip
     return results

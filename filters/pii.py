@@ -20,7 +20,11 @@ PATTERN_ENTITIES = ["EMAIL_ADDRESS", "PHONE_NUMBER", "IP_ADDRESS", "CREDIT_CARD"
 NER_ENTITIES = ["PERSON", "LOCATION"]
 # FineWeb replaces emails and IPs with fixed, harmless values; other types get their typed placeholder
 FINEWEB_SUBSTITUTES = {"EMAIL_ADDRESS": "email@example.com", "IP_ADDRESS": "22.214.171.124"}
-CANDIDATE = re.compile(r"@|\d(?:[\s().\-/+]{0,3}\d){5,}|\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}|[0-9A-Fa-f]{0,4}::?[0-9A-Fa-f]{1,4}:")
+# what each pattern entity cannot be without: an email its `@`, an IP its dots or colons, every other six digits or more
+EVIDENCE = {"EMAIL_ADDRESS": r"@", "IP_ADDRESS": r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}|[0-9A-Fa-f]{0,4}::?[0-9A-Fa-f]{1,4}:"}
+DIGIT_RUN = r"\d(?:[\s().\-/+]{0,3}\d){5,}"
+CANDIDATE = re.compile("|".join([*EVIDENCE.values(), DIGIT_RUN]))
+NEEDS = {entity: re.compile(EVIDENCE.get(entity, DIGIT_RUN)) for entity in PATTERN_ENTITIES}
 SAMPLES_PER_SHARD = 5
 DAY, MONTH = r"(?:0?[1-9]|[12]\d|3[01])", r"(?:0?[1-9]|1[0-2])"
 DATE = re.compile(rf"(?:19|20)\d\d[-./]{MONTH}[-./]{DAY}\b|{DAY}[-./]{MONTH}[-./](?:19|20)?\d\d\b|{MONTH}[-./]{DAY}[-./](?:19|20)?\d\d\b")
@@ -87,10 +91,13 @@ def extra_recognizers() -> list:
 
 
 def phone_in_context(text: str, start: int, end: int) -> bool:
-    """Whether digits the phone pattern matched are a phone by their line: not a house number before a street name
+    """Whether digits a recognizer took for a phone are one by their line: at least 7 digits (phonenumbers accepts a
+    5-digit short number of some region, which on web text is a postal code), not a house number before a street name
     or after a unit word, not a number announced as another kind (licence, order, ...) unless a phone word is there
     too, and a run of 10 or more digits without separators only with a `+`, a phone word before it, or the shape of a
     North American number (area code and exchange starting 2-9)."""
+    if len(re.sub(r"\D", "", text[start:end].split("x")[0])) < 7:
+        return False
     line_start = text.rfind("\n", 0, start) + 1
     line_end = text.find("\n", end)
     before, after = text[max(line_start, start - 40) : start], text[end : line_end if line_end >= 0 else len(text)]
@@ -184,7 +191,12 @@ class PiiScrubber(Stage):
             spans = windows(text, self.params.max_window_chars)
         found = {}
         for start, end in spans:
-            for result in self.analyzer.analyze(text=text[start:end], language="en", entities=entities):
+            window = text[start:end]
+            if not use_ner and self.params.prescreen:  # only the recognizers that can match in this window
+                entities = [e for e in self.pattern_entities if e not in NEEDS or NEEDS[e].search(window)]
+                if not entities:  # Presidio reads an empty list as every entity it knows
+                    continue
+            for result in self.analyzer.analyze(text=window, language="en", entities=entities):
                 key = (result.entity_type, start + result.start, start + result.end)
                 if key not in found or found[key].score < result.score:
                     found[key] = RecognizerResult(result.entity_type, key[1], key[2], result.score)

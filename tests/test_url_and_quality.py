@@ -5,7 +5,7 @@ import pyarrow as pa
 import pytest
 
 from curation import quality
-from filters.quality import QualityScorer
+from filters.quality import QualityScorer, signals
 from filters.url_filter import UrlFilter
 
 
@@ -60,10 +60,12 @@ def test_scoring_stage_threshold_top_fraction_and_cli(labelled, tmp_path, capsys
     data = tmp_path / "labelled.jsonl"
     data.write_text("\n".join(json.dumps({"text": t, "label": lab}) for t, lab in labelled))
     model = tmp_path / "model.bin"
-    assert main(["quality", "train", "--labelled", str(data), "--out", str(model), "--holdout", "0.2"]) == 0
+    assert main(["quality", "train", "--labelled", str(data), "--out", str(model), "--holdout", "0.2", "--epoch", "10"]) == 0
+    assert not (tmp_path / "model.combiner.json").exists()
     assert main(["quality", "eval", "--model", str(model), str(data)]) == 0
     printed = capsys.readouterr().out
-    assert "AUC model:" in printed and "AUC length only" in printed and "95% bootstrap interval" in printed
+    assert "AUC model (fastText):" in printed and "AUC length only" in printed and "95% bootstrap interval" in printed
+    assert "with signals" not in printed
     texts = [t for t, _ in labelled[:40]]
     table = pa.table({"id": [str(i) for i in range(40)], "text": texts})
     by_threshold = QualityScorer(QualityScorer.Params(model_path=str(model), threshold=0.5)).process(table)
@@ -75,11 +77,37 @@ def test_scoring_stage_threshold_top_fraction_and_cli(labelled, tmp_path, capsys
     assert min(top.kept["quality_score"].to_pylist()) >= max(top.removed["quality_score"].to_pylist())
 
 
+def test_a_model_trained_with_combine_scores_with_its_signals(labelled, tmp_path, capsys):
+    from curation.cli import main
+
+    data = tmp_path / "labelled.jsonl"
+    data.write_text("\n".join(json.dumps({"text": t, "label": lab}) for t, lab in labelled))
+    model = tmp_path / "model.bin"
+    assert main(["quality", "train", "--labelled", str(data), "--out", str(model), "--holdout", "0.2", "--epoch", "10",
+                 "--combine"]) == 0  # fmt: skip
+    assert (tmp_path / "model.combiner.json").is_file() and "held-out, with signals:" in capsys.readouterr().out
+    assert main(["quality", "eval", "--model", str(model), str(data)]) == 0
+    assert "AUC model + signals (its combiner):" in capsys.readouterr().out
+    table = pa.table({"id": [str(i) for i in range(40)], "text": [t for t, _ in labelled[:40]]})
+    combined = QualityScorer(QualityScorer.Params(model_path=str(model))).process(table).kept
+    alone = QualityScorer(QualityScorer.Params(model_path=str(model), combiner="none")).process(table).kept
+    assert alone["quality_score"].to_pylist() == alone["quality_fasttext"].to_pylist()
+    assert combined["quality_fasttext"].to_pylist() == alone["quality_fasttext"].to_pylist()
+    assert combined["quality_score"].to_pylist() != combined["quality_fasttext"].to_pylist()
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"signals": ["fasttext_logit"], "mean": [0], "std": [1], "weights": [1, 0]}')
+    stage = QualityScorer(QualityScorer.Params(model_path=str(model), combiner=str(broken)))
+    with pytest.raises(ValueError, match="broken.json: signals"):
+        stage.setup()
+
+
 def test_threshold_and_top_fraction_together_or_a_missing_model_is_an_error():
     with pytest.raises(ValueError, match="not both"):
         QualityScorer.Params(threshold=0.5, top_fraction=0.1)
     with pytest.raises(ValueError, match="quality model not found: nowhere/m.bin"):
         QualityScorer.Params(model_path="nowhere/m.bin", threshold=0.5)
+    with pytest.raises(ValueError, match="quality combiner not found: nowhere/c.json"):
+        QualityScorer.Params(combiner="nowhere/c.json")
 
 
 def test_the_shipped_classifier_is_small_and_separates_the_shipped_labels():
@@ -90,6 +118,8 @@ def test_the_shipped_classifier_is_small_and_separates_the_shipped_labels():
 
     assert asset(*SHIPPED_MODEL).stat().st_size < 3_000_000
     stage = QualityScorer(QualityScorer.Params(threshold=0.5))
+    stage.setup()
+    assert stage.combiner is not None  # shipped beside the model
     pairs = quality.read_texts(str(asset("quality", "labelled_web_text.jsonl")), label_field="label")
     scored = stage.process(pa.table({"id": [str(i) for i in range(len(pairs))], "text": [t for t, _ in pairs]})).kept
     scores = dict(zip(scored["id"].to_pylist(), scored["quality_score"].to_pylist()))
@@ -114,8 +144,8 @@ def test_logistic_regression_on_signals_ranks_and_calibrates():
     truth = 1 / (1 + np.exp(-(2 * features[:, 0] - features[:, 1])))
     labels = (rng.random(2000) < truth).astype(int)
     model = quality.fit_logistic(features, labels, l2=1.0)
-    predicted = quality.logistic_scores(model, features)
+    predicted = model.scores(features)
     assert quality.auc(predicted, labels) > 0.8 and abs(predicted.mean() - labels.mean()) < 0.01
     assert abs(np.corrcoef(predicted, truth)[0, 1]) > 0.99  # the third, irrelevant feature is ignored
-    rows = quality.signals(["The cat sat on the mat.\nThe cat sat on the mat.", "click here"], [0.9, 0.2])
+    rows = signals(["The cat sat on the mat.\nThe cat sat on the mat.", "click here"], [0.9, 0.2])
     assert rows.shape == (2, 6) and rows[0, 4] == 0.5 and rows[1, 3] == 0.0
