@@ -52,7 +52,7 @@ def compare(stage: LanguageFilter, corpus: dict[str, list[str]]) -> None:
         print(f"{language:<10}" + "".join(f"{value:>10.3f}" for value in row))
         if row[1] < 0.97 and language not in LOOK_ALIKE_GROUP:
             below.append(f"{language} {row[1]:.3f}")
-    consulted = sum(votes is not None for _, _, votes in predicted) / len(predicted)
+    consulted = sum(voted for *_, voted in predicted) / len(predicted)
     means = [sum(row[i] for row in rows) / len(rows) for i in range(4)]
     print(f"{'mean':<10}" + "".join(f"{value:>10.3f}" for value in means))
     print(f"below 0.97 outside bs/hr/sr: {', '.join(below) or 'none'}")

@@ -7,10 +7,10 @@ Japanese 3% of the time on ../shared/data/langid/sentences; the rule costs one r
 and ISO 639-1 lacks (e.g. `sh`, `ceb`, `als`) are kept as lid.176 writes them.
 
 Where lid.176 is unsure (top score below `consult_below`), two offline models of other kinds vote with it: CLD2
-(Chromium's, a naive Bayes over quadgrams) and langid.py (byte n-grams); two of three decide, else lid.176 does.
-A vote split between a language and a far rarer look-alike goes to the common one (`COMMON_LOOK_ALIKE`): on
-one-sentence documents this lifts sw 0.85 -> 0.99, da 0.94 -> 0.99, id 0.92 -> 0.98, nb 0.77 -> 0.90
-(`benchmarks/langid_vote.py`).
+(Chromium's, a naive Bayes over quadgrams) and langid.py (byte n-grams; only where lid.176 and CLD2 disagree). Each
+gives its top 3 languages with their probabilities (CLD2: the share of the text); the language with the largest sum
+wins, and `language_score` is that sum over the number of models. A far rarer look-alike's sum is divided by 10 (`RARE_LOOK_ALIKES`: Common Crawl's language statistics
+put Malay and Nynorsk each at a tenth or less of Indonesian and Bokmål). `benchmarks/langid_vote.py` has the figures.
 """
 
 import os
@@ -27,8 +27,8 @@ from filters.packaged import asset
 
 MODEL_ENV = "CURATE_LID_MODEL"
 ALIASES = {"no": "nb", "iw": "he", "zh-Hant": "zh", "jw": "jv"}  # a model's label or recipe code -> documents' code
-# Common Crawl's language statistics: Indonesian pages outnumber Malay, Bokmål Nynorsk, each by 10x or more
-COMMON_LOOK_ALIKE = {"ms": "id", "nn": "nb"}
+RARE_LOOK_ALIKES, RARE_PRIOR = ("ms", "nn"), 0.1  # the look-alikes of id and nb, and their prior relative to them
+TOP = 3  # languages each model gives to the vote
 KANA, HAN = re.compile(r"[\u3040-\u30ff]"), re.compile(r"[\u4e00-\u9fff]")
 
 
@@ -61,23 +61,39 @@ def by_script(text: str, language: str) -> str:
     return language
 
 
-def cld2_language(text: str) -> str | None:
-    """CLD2's best guess, None where it has none (or rejects the text, e.g. control characters)."""
+def distribution(pairs) -> dict[str, float]:
+    """(model's code, probability) pairs by canonical code: two codes of one language add up."""
+    probabilities: dict[str, float] = {}
+    for code, probability in pairs:
+        probabilities[canonical(code)] = probabilities.get(canonical(code), 0.0) + float(probability)
+    return probabilities
+
+
+def cld2_probabilities(text: str) -> dict[str, float]:
+    """CLD2's top languages with the share of the text in each; none where it rejects the text (control characters)."""
     try:
-        code = pycld2.detect(text, bestEffort=True)[2][0][1]
+        found = pycld2.detect(text, bestEffort=True)[2]
     except (pycld2.error, UnicodeEncodeError):
-        return None
-    return None if code == "un" else canonical(code)
+        return {}
+    return distribution((code, percent / 100) for _, code, percent, _ in found if code != "un")
 
 
-def vote(lid: str, others: list[str | None]) -> tuple[str, int]:
-    """The language two of three name (lid.176's when none does), and how many name it."""
-    votes = [lid, *others]
-    choice = others[0] if others[0] is not None and others[0] != lid and others.count(others[0]) == 2 else lid
-    common = COMMON_LOOK_ALIKE.get(choice)
-    if common is not None and common in votes:
-        choice = common
-    return choice, votes.count(choice)
+def settled(lid: dict[str, float], cld2: dict[str, float]) -> bool:
+    """lid.176 and CLD2 name the same language, not a rare look-alike: langid.py (the slowest) could not outvote both
+    on ../shared/data/langid/sentences, and it is consulted on 7% of one-sentence documents instead of 26%."""
+    top = max(lid, key=lid.get)
+    return bool(cld2) and max(cld2, key=cld2.get) == top and top not in RARE_LOOK_ALIKES
+
+
+def soft_vote(*distributions: dict[str, float]) -> tuple[str, float]:
+    """The language with the largest probability summed over the models (a rare look-alike's sum times RARE_PRIOR),
+    and its plain sum over the number of models."""
+    total: dict[str, float] = {}
+    for distribution in distributions:
+        for language, probability in distribution.items():
+            total[language] = total.get(language, 0.0) + probability
+    choice = max(total, key=lambda language: total[language] * (RARE_PRIOR if language in RARE_LOOK_ALIKES else 1.0))
+    return choice, total[choice] / len(distributions)
 
 
 class LangIdParams(StageParams):
@@ -86,59 +102,61 @@ class LangIdParams(StageParams):
     min_score: float = Field(0.65, ge=0, le=1)
     model_path: str | None = None
     consult_below: float = Field(0.9, ge=0, le=1, description="below this lid.176 score CLD2 and langid.py vote too "
-                                 "(0 never consults them)")
+                                 "(0 never consults them)")  # fmt: skip
 
 
 class LanguageFilter(Stage):
     name = "langid"
     Params = LangIdParams
-    # language_score is lid.176's score of its own top label; language_votes, where the others were consulted, is
-    # how many of the three models name the language chosen (2 or 3 outvote a low score)
-    adds = {"language": pa.string(), "language_score": pa.float32(), "language_votes": pa.int8()}
+    # language_score: lid.176's probability of the language, or where the others voted (language_voted) the mean of
+    # the consulted models' probabilities of it
+    adds = {"language": pa.string(), "language_score": pa.float32(), "language_voted": pa.bool_()}
 
     def setup(self) -> None:
         path = Path(self.params.model_path) if self.params.model_path else default_lid_model()
         self.model = load_fasttext(path)
-        self.langid_py = LanguageIdentifier.from_model_file(MODEL_FILE)
+        self.langid_py = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
 
-    def predict(self, texts: list[str]) -> list[tuple[str, float, int | None]]:
-        """(language, lid.176 score, votes) of each text, from one fastText call for them all (the same numbers as a
-        call per text). Whitespace runs become one space: fastText predicts one line at a time and splits words on
-        whitespace."""
+    def predict(self, texts: list[str]) -> list[tuple[str, float, bool]]:
+        """(language, score, voted) of each text, from one fastText call for them all (the same numbers as a call per
+        text). Whitespace runs become one space: fastText predicts one line at a time and splits words on whitespace."""
         flat = [" ".join(text.split()) for text in texts]
-        labels, scores = self.model.predict(flat, k=1)
+        labels, scores = self.model.predict(flat, k=TOP)
         predictions = []
         for text, label, score in zip(flat, labels, scores):
             if not len(label):
-                predictions.append(("unknown", 0.0, None))
-                continue
-            language, score, votes = canonical(label[0].removeprefix("__label__")), float(score[0]), None
-            if score < self.params.consult_below:
-                others = [cld2_language(text), canonical(self.langid_py.classify(text)[0])]
-                language, votes = vote(language, others)
-            predictions.append((by_script(text, language), score, votes))
+                predictions.append(("unknown", 0.0, False))
+            elif score[0] >= self.params.consult_below:
+                predictions.append((by_script(text, canonical(label[0].removeprefix("__label__"))), float(score[0]), False))
+            else:
+                lid = distribution((code.removeprefix("__label__"), p) for code, p in zip(label, score))
+                votes = [lid, cld2_probabilities(text)]
+                if not settled(*votes):
+                    votes.append(distribution(self.langid_py.rank(text)[:TOP]))
+                language, mean = soft_vote(*votes)
+                predictions.append((by_script(text, language), mean, True))
         return predictions
 
     def annotate(self, table: pa.Table) -> Annotation:
         wanted = {canonical(code) for code in self.params.languages} if self.params.languages else None
         texts = table["text"].to_pylist()
         predictions = iter(self.predict([text for text in texts if text and text.strip()]))
-        reasons, languages, scores, votes = [], [], [], []
+        reasons, languages, scores, voted = [], [], [], []
         for text in texts:
             if not text or not text.strip():
                 reasons.append("empty_text")
                 languages.append(None)
                 scores.append(None)
-                votes.append(None)
+                voted.append(None)
                 continue
-            language, score, agreeing = next(predictions)
+            language, score, by_vote = next(predictions)
             languages.append(language)
             scores.append(score)
-            votes.append(agreeing)
+            voted.append(by_vote)
             if wanted is not None and language not in wanted:
                 reasons.append("language_not_kept")
-            elif score < self.params.min_score and (agreeing or 0) < 2:
+            elif score < self.params.min_score:
                 reasons.append("low_language_score")
             else:
                 reasons.append(None)
-        return Annotation(reasons=reasons, columns={"language": languages, "language_score": scores, "language_votes": votes})
+        return Annotation(reasons=reasons, columns={"language": languages, "language_score": scores, "language_voted": voted})
