@@ -23,6 +23,21 @@ def positive_int(value: str) -> int:
     return number
 
 
+def _input_arguments(parser: argparse.ArgumentParser) -> None:
+    """What `curate run` and `curate ablate` read: files, a Common Crawl crawl, or the sample snapshot; and where Ray runs."""
+    parser.add_argument("--input", action="append", metavar="PATH_OR_GLOB",
+                        help="WARC/WET files: local paths, globs or fsspec URLs (s3://, https://); repeatable")  # fmt: skip
+    parser.add_argument("--snapshot", metavar="CC-MAIN-YYYY-WW",
+                        help="Common Crawl crawl: without --input, read its WARC files from warc.paths.gz")  # fmt: skip
+    parser.add_argument("--paths-file", help="a local copy of the crawl's warc.paths(.gz) to use instead of fetching it")
+    parser.add_argument("--max-files", type=positive_int, help="use only the first N input files")
+    parser.add_argument("--ray-address", help="join an existing Ray cluster: auto (the one `ray start` runs on this "
+                        "machine), its head's HOST:6379, or ray://HOST:10001 (Ray Client: pip install 'pretrain-stack[cluster]')")
+    parser.add_argument("--num-cpus", type=positive_int, help="CPUs of the local Ray cluster (default: all)")
+    parser.add_argument("--sample-pages", type=positive_int, default=SAMPLE_PAGES, help="pages of the built-in sample snapshot")
+    parser.add_argument("--sample-files", type=positive_int, default=SAMPLE_FILES, help="WARC files of the built-in sample snapshot")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="curate",
@@ -38,23 +53,37 @@ def _parser() -> argparse.ArgumentParser:
         "that stage and every stage after it.",
     )
     run.add_argument("recipe", help="built-in recipe name (e.g. fineweb-snapshot) or path to a recipe YAML")
-    run.add_argument("--input", action="append", metavar="PATH_OR_GLOB",
-                     help="WARC/WET files: local paths, globs or fsspec URLs (s3://, https://); repeatable")  # fmt: skip
-    run.add_argument("--snapshot", metavar="CC-MAIN-YYYY-WW",
-                     help="Common Crawl crawl: without --input, read its WARC files from warc.paths.gz")  # fmt: skip
-    run.add_argument("--paths-file", help="a local copy of the crawl's warc.paths(.gz) to use instead of fetching it")
-    run.add_argument("--max-files", type=positive_int, help="use only the first N input files")
+    _input_arguments(run)
     run.add_argument("--output", help="run folder (default: runs/<recipe>)")
-    run.add_argument("--ray-address", help="join an existing Ray cluster: auto (the one `ray start` runs on this "
-                     "machine), its head's HOST:6379, or ray://HOST:10001 (Ray Client: pip install 'pretrain-stack[cluster]')")
-    run.add_argument("--num-cpus", type=positive_int, help="CPUs of the local Ray cluster (default: all)")
     run.add_argument("--keep-removed", action="store_true", help="also write dropped documents to OUT/removed/<stage>/")
     run.add_argument("--materialize-all", action="store_true",
                      help="write every stage's parts (for debugging); by default the stages between two dedup stages "
                      "run fused in memory and only the last one before each dedup stage and the final one are written")  # fmt: skip
-    run.add_argument("--sample-pages", type=positive_int, default=SAMPLE_PAGES, help="pages of the built-in sample snapshot")
-    run.add_argument("--sample-files", type=positive_int, default=SAMPLE_FILES, help="WARC files of the built-in sample snapshot")
 
+    ablate = commands.add_parser(
+        "ablate",
+        help="curate a recipe and its variants, train the same small model on each, compare them in one report",
+        description="Curates the base recipe and every variant on the same input (a variant reuses the base's stages "
+        "it shares), holds out validation documents from the input before curation, tokenizes all with one "
+        "tokenizer, trains the same model from the same seed for the same tokens on each (the base with several "
+        "seeds, to measure the noise), scores multiple-choice benchmarks by log-likelihood, and writes "
+        "OUT/report.html and OUT/results.json. A rerun resumes every step.",
+    )  # fmt: skip
+    ablate.add_argument("ablation", nargs="?", help="ablation YAML (base, variants, tokens, model, benchmarks, ...); "
+                        "flags override it")  # fmt: skip
+    ablate.add_argument("--base", help="base recipe (default fineweb-snapshot)")
+    ablate.add_argument("--variant", action="append", default=[], metavar="FILE",
+                        help="a variant YAML: `name`, `remove: [stage, ...]`, `set: {stage.param: value}`, or a whole "
+                        "recipe; repeatable")  # fmt: skip
+    ablate.add_argument("--tokens", type=positive_int, help="training tokens per run (default: 20 per parameter, "
+                        "capped so no variant repeats its tokens more than 4 times)")  # fmt: skip
+    ablate.add_argument("--model", help="training preset tiny|small|1b or a settings YAML (default tiny)")
+    ablate.add_argument("--seeds", type=positive_int, dest="noise_seeds", help="runs of the base with other seeds (default 2)")
+    ablate.add_argument("--benchmark", action="append", default=[], metavar="NAME=FORMAT:PATH",
+                        help="a multiple-choice benchmark, local file, e.g. arc=arc:ARC-Easy-Test.jsonl (formats "
+                        "hellaswag, arc, mmlu); repeatable")  # fmt: skip
+    ablate.add_argument("--out", default="runs/ablation", help="ablation folder (default runs/ablation)")
+    _input_arguments(ablate)
     stats = commands.add_parser("stats", help="print the funnel of a run folder")
     stats.add_argument("output", help="a folder written by `curate run`")
 
@@ -286,6 +315,66 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_ablate(args) -> int:
+    from curation import runner, stats
+    from curation.ablation import Ablation, load_ablation, load_variant, run_ablation
+    from curation.recipe import RecipeError, load_recipe
+
+    console = _console()
+    try:
+        variants = [load_variant(path) for path in args.variant] or None
+        benchmarks = [_benchmark_argument(text) for text in args.benchmark] or None
+        spec = load_ablation(args.ablation, base=args.base, variants=variants, tokens=args.tokens, model=args.model,
+                             noise_seeds=args.noise_seeds, benchmarks=benchmarks)  # fmt: skip
+        inputs, snapshot = resolve_inputs(args, console, load_recipe(spec.base).source.kind)
+        ablation = Ablation(spec, args.out, inputs, snapshot, log=console.print)
+    except (RecipeError, ValueError, OSError) as error:
+        print(f"curate: {error}", file=sys.stderr)
+        return 2
+
+    def curate(recipe, inputs: list[str], output: str, snapshot: str) -> int:
+        result = runner.run(recipe, inputs, output, snapshot, materialize_all=True, ray_address=args.ray_address,
+                            num_cpus=args.num_cpus)  # fmt: skip
+        if result.failures:
+            raise RuntimeError(f"curating {recipe.name}: {len(result.failures)} shard(s) failed, e.g. {result.failures[0].error}")
+        stats.print_funnel(stats.load(output), console)
+        return result.skipped_shards
+
+    try:
+        results = run_ablation(ablation, curate)
+    except (RecipeError, RuntimeError, ValueError) as error:
+        print(f"curate: {error}", file=sys.stderr)
+        return 1
+    _print_ablation(results, console)
+    console.print(f"report: {Path(args.out) / 'report.html'} ({results['wall_seconds']:.0f} s)")
+    return 0
+
+
+def _benchmark_argument(text: str) -> dict:
+    name, _, rest = text.partition("=")
+    form, _, path = rest.partition(":")
+    if not (name and form and path):
+        raise ValueError(f"--benchmark {text!r}: give NAME=FORMAT:PATH, e.g. arc=arc:ARC-Easy-Test.jsonl")
+    return {"name": name, "format": form, "path": path}
+
+
+def _print_ablation(results: dict, console: Console) -> None:
+    from rich.table import Table
+
+    from curation.ablation_report import comparison_table
+
+    frame = comparison_table(results)
+    table = Table(title=f"Ablation: {results['budget']['tokens']:,} tokens per run; seed noise in val loss "
+                        f"{results['noise']['val_loss']:.4f}")  # fmt: skip
+    table.add_column("variant")
+    for column in frame.columns:
+        table.add_column(str(column), justify="right")
+    for name, row in frame.iterrows():
+        table.add_row(str(name), *(f"{value:.4f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int)
+                                   else str(value) for value in row))  # fmt: skip
+    console.print(table)
+
+
 def cmd_stats(args) -> int:
     from curation import stats
 
@@ -474,7 +563,7 @@ def cmd_report(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    commands = {"run": cmd_run, "stats": cmd_stats, "tokenize": cmd_tokenize, "quality": cmd_quality, "decontam": cmd_decontam}
+    commands = {"run": cmd_run, "ablate": cmd_ablate, "stats": cmd_stats, "tokenize": cmd_tokenize, "quality": cmd_quality, "decontam": cmd_decontam}
     return {**commands, "report": cmd_report, "sample": cmd_sample}[args.command](args)
 
 

@@ -237,7 +237,7 @@ SECTIONS = [
 ]
 
 
-def _png(figure) -> str:
+def png_base64(figure) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=80)
     return base64.b64encode(buffer.getvalue()).decode()
@@ -252,7 +252,7 @@ def _sections_html(folder: str, sections) -> list[str]:
         if figure is None and table is None:
             parts.append("<p>not in this run</p>")
         if figure is not None:
-            parts.append(f"<img src='data:image/png;base64,{_png(figure)}'>")
+            parts.append(f"<img src='data:image/png;base64,{png_base64(figure)}'>")
         if table is not None:
             parts.append(table.to_html(max_rows=50))
     return parts

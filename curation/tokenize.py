@@ -68,10 +68,10 @@ def tokenize_runs(run_dirs: list[str], tokenizer_path: str | None = None, vocab_
     tokenizer = Tokenizer.from_file(tokenizer_path) if tokenizer_path else train_tokenizer(texts(), vocab_size)
     if tokenizer.token_to_id(EOS) is None:
         raise ValueError(f"tokenizer {tokenizer_path} has no {EOS} token to separate documents")
-    return {run_dir: _write_tokens(run_dir, run_parts, tokenizer, validation_fraction) for run_dir, run_parts in parts.items()}
+    return {run_dir: write_tokens(run_dir, run_parts, tokenizer, validation_fraction) for run_dir, run_parts in parts.items()}
 
 
-def _write_tokens(run_dir: str, parts: list[str], tokenizer, validation_fraction: float, batch_size: int = 1024) -> dict:
+def write_tokens(run_dir: str, parts: list[str], tokenizer, validation_fraction: float, batch_size: int = 1024) -> dict:
     fs, root = fsspec.core.url_to_fs(run_dir)
     out = f"{root.rstrip('/')}/{TOKENS_DIR}"
     fs.makedirs(out, exist_ok=True)

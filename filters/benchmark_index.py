@@ -37,6 +37,8 @@ class BenchmarkFormat(BaseModel):
     choices: list[list[str]] | None = None  # the same for the answer choices; a list value is one choice per element
     id_field: str | None = None  # default: file name and row
     csv_columns: list[str] | None = None  # names for a headerless CSV (MMLU's original layout)
+    answer: list[str] | None = None  # the right choice: its index, its letter (A = 0) or its label in choice_labels
+    choice_labels: list[str] | None = None  # per choice its label (ARC: A-D or 1-4), what `answer` names
 
 
 FORMATS: dict[str, BenchmarkFormat] = {
@@ -45,10 +47,11 @@ FORMATS: dict[str, BenchmarkFormat] = {
     "gsm8k": BenchmarkFormat(fields=[["question"], ["answer"]]),
     "mmlu": BenchmarkFormat(
         fields=[["question"]], choices=[["choices", "choice0"], ["choice1"], ["choice2"], ["choice3"]],
-        csv_columns=["question", "choice0", "choice1", "choice2", "choice3", "answer"],
+        csv_columns=["question", "choice0", "choice1", "choice2", "choice3", "answer"], answer=["answer"],
     ),
-    "hellaswag": BenchmarkFormat(fields=[["ctx", "ctx_a"]], choices=[["endings"]], id_field="ind"),
-    "arc": BenchmarkFormat(fields=[["question.stem", "question"]], choices=[["question.choices.text", "choices.text"]], id_field="id"),
+    "hellaswag": BenchmarkFormat(fields=[["ctx", "ctx_a"]], choices=[["endings"]], id_field="ind", answer=["label"]),
+    "arc": BenchmarkFormat(fields=[["question.stem", "question"]], choices=[["question.choices.text", "choices.text"]], id_field="id",
+                           answer=["answerKey"], choice_labels=["question.choices.label", "choices.label"]),
 }
 SHIPPED = {  # format -> the file in the package, used when a benchmark gives neither path nor hf
     "humaneval": ("humaneval", "HumanEval.jsonl.gz"),
@@ -70,6 +73,7 @@ class BenchmarkSpec(BaseModel):
     hf_config: str | None = None
     hf_split: str = "test"
     choices: list[list[str]] | None = None
+    answer: list[str] | None = None
 
     @model_validator(mode="after")
     def one_source_and_known_format(self) -> "BenchmarkSpec":
@@ -89,7 +93,7 @@ class BenchmarkSpec(BaseModel):
 
     def layout(self) -> BenchmarkFormat:
         base = FORMATS[self.format] if self.format else BenchmarkFormat(fields=self.fields)
-        overrides = (("fields", self.fields), ("choices", self.choices), ("id_field", self.id_field))
+        overrides = (("fields", self.fields), ("choices", self.choices), ("id_field", self.id_field), ("answer", self.answer))
         return base.model_copy(update={k: v for k, v in overrides if v})
 
     def local_files(self) -> list[Path] | None:
@@ -161,31 +165,78 @@ def _found(record, alternatives: list[str]):
     return next((_value(record, path) for path in alternatives if _value(record, path) is not None), None)
 
 
+def _spec_records(spec: BenchmarkSpec, layout: BenchmarkFormat):
+    if not spec.hf:
+        return _records(spec.path, layout)
+    try:
+        import datasets
+    except ImportError:
+        raise RuntimeError(f"benchmark {spec.name}: hf needs `pip install datasets` (or give a local path)") from None
+    return ((spec.hf, row, record) for row, record in enumerate(datasets.load_dataset(spec.hf, spec.hf_config, split=spec.hf_split)))
+
+
+def _context_and_choices(spec: BenchmarkSpec, layout: BenchmarkFormat, name: str, row: int, record) -> tuple[str, list[str]]:
+    parts = [_text(value) for value in (_found(record, alternatives) for alternatives in layout.fields) if value is not None]
+    if not parts:
+        raise ValueError(f"benchmark {spec.name}: {name} row {row} has none of the fields {layout.fields}")
+    choices = []
+    for alternatives in layout.choices or []:
+        value = _found(record, alternatives)
+        value = value.tolist() if hasattr(value, "tolist") else value
+        choices += [_text(v) for v in value] if isinstance(value, (list, tuple)) else [] if value is None else [_text(value)]
+    return "\n".join(parts), choices
+
+
+def _item_id(layout: BenchmarkFormat, name: str, row: int, record) -> str:
+    return _text(_value(record, layout.id_field)) if layout.id_field else f"{name}:{row}"
+
+
 def load_items(spec: BenchmarkSpec) -> list[tuple[str, list[str]]]:
     """(item id, candidate texts) of every item of a benchmark: one candidate, or one per choice (context + that
     choice) for a multiple-choice layout. An item with none of the fields is an error naming it."""
     layout = spec.layout()
-    if spec.hf:
-        try:
-            import datasets
-        except ImportError:
-            raise RuntimeError(f"benchmark {spec.name}: hf needs `pip install datasets` (or give a local path)") from None
-        records = ((spec.hf, row, record) for row, record in enumerate(datasets.load_dataset(spec.hf, spec.hf_config, split=spec.hf_split)))
-    else:
-        records = _records(spec.path, layout)
     items = []
-    for name, row, record in records:
-        parts = [_text(value) for value in (_found(record, alternatives) for alternatives in layout.fields) if value is not None]
-        if not parts:
-            raise ValueError(f"benchmark {spec.name}: {name} row {row} has none of the fields {layout.fields}")
-        choices = []
-        for alternatives in layout.choices or []:
-            value = _found(record, alternatives)
-            value = value.tolist() if hasattr(value, "tolist") else value
-            choices += [_text(v) for v in value] if isinstance(value, (list, tuple)) else [] if value is None else [_text(value)]
-        context = "\n".join(parts)
-        item_id = _text(_value(record, layout.id_field)) if layout.id_field else f"{name}:{row}"
-        items.append((item_id, [f"{context}\n{choice}" for choice in choices] or [context]))
+    for name, row, record in _spec_records(spec, layout):
+        context, choices = _context_and_choices(spec, layout, name, row, record)
+        items.append((_item_id(layout, name, row, record), [f"{context}\n{choice}" for choice in choices] or [context]))
+    return items
+
+
+def _answer_index(value, labels: list[str] | None) -> int | None:
+    """An answer as an index: its position in the choice labels, a number (0-based), or a letter (A = 0)."""
+    value = value.tolist() if hasattr(value, "tolist") else value
+    text = _text(value).strip()
+    if labels and text in labels:
+        return labels.index(text)
+    if text.lstrip("-").isdigit():
+        return int(text)
+    return ord(text.upper()) - ord("A") if len(text) == 1 and text.isalpha() else None
+
+
+@dataclass
+class ChoiceItem:
+    id: str
+    context: str
+    choices: list[str]
+    answer: int  # index into choices
+
+
+def load_choice_items(spec: BenchmarkSpec) -> list[ChoiceItem]:
+    """Every item of a multiple-choice benchmark as context, choices and the index of the right one (what
+    `curate ablate` scores by log-likelihood); an answer that names no choice is an error naming the item."""
+    layout = spec.layout()
+    if not layout.choices or not layout.answer:
+        raise ValueError(f"benchmark {spec.name}: not multiple-choice (its layout needs choices and answer fields)")
+    items = []
+    for name, row, record in _spec_records(spec, layout):
+        context, choices = _context_and_choices(spec, layout, name, row, record)
+        labels = _found(record, layout.choice_labels) if layout.choice_labels else None
+        labels = [_text(label) for label in (labels.tolist() if hasattr(labels, "tolist") else labels)] if labels else None
+        raw = _found(record, layout.answer)
+        answer = None if raw is None else _answer_index(raw, labels)
+        if answer is None or not 0 <= answer < len(choices):
+            raise ValueError(f"benchmark {spec.name}: {name} row {row}: answer {_text(raw)} names none of its {len(choices)} choices")
+        items.append(ChoiceItem(_item_id(layout, name, row, record), context, choices, answer))
     return items
 
 

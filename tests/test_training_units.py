@@ -374,6 +374,15 @@ def test_held_out_slice_is_by_id_hash_never_trained_on_and_the_same_for_every_se
     padding = torch.cat([b.sources for r in ranks for b in r])
     assert (padding == 3).sum() == 1 and (padding < 3).sum() == 9  # 9 sequences on 2 ranks: one padding row
     assert ValidationSet(marked, eos, 4).fingerprint == ValidationSet(marked, eos, 1).fingerprint
+    # `validation: named` scores only the named shards; the source's own held-out rows stay out of training
+    data["sources"]["web"] |= {"validation_paths": data["sources"]["rest"]["validation_paths"], "validation": "named"}
+    named = type(mixture).model_validate(data)
+    rest_part = set(ValidationSet(named, eos, 4).streams["rest"].doc_ids)
+    assert set(ValidationSet(named, eos, 4).streams["web"].doc_ids) == rest_part and not rest_part & held["web"]
+    assert not held["web"] & set(loader(named, eos).streams[0].doc_ids)
+    data["sources"]["web"]["validation_paths"] = []
+    with pytest.raises(ValueError, match="validation: named needs validation_paths"):
+        type(mixture).model_validate(data)
 
 
 def test_a_longer_context_phase_continues_every_stream_and_resumes(three_sources):

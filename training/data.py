@@ -282,9 +282,10 @@ class MixtureLoader:
 
 
 def validation_selections(mixture: Mixture, shards: dict[str, list[ShardRows]]) -> dict[str, list[tuple[ShardRows, np.ndarray]]]:
-    """Per source, the held-out rows of its shards and every row of the shards it names in `validation_paths`."""
+    """Per source, the held-out rows of its shards (unless it says `validation: named`) and every row of the shards it
+    names in `validation_paths`."""
     named = read_sources(mixture, mixture.validation_files)
-    return {name: [(shard, shard.held_out) for shard in shards[name]]
+    return {name: [(shard, shard.held_out) for shard in shards[name] if mixture.sources[name].validation == "both"]
             + [(shard, np.union1d(shard.train, shard.held_out)) for shard in named[name]] for name in mixture.source_names()}  # fmt: skip
 
 

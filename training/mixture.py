@@ -41,6 +41,17 @@ class SourceSpec(BaseModel):
         default_factory=list, description="globs of held-out token shards of this source, validated on and never trained "
         "on; added to the rows `curate tokenize` held out (`split` column)",
     )  # fmt: skip
+    validation: Literal["both", "named"] = Field(
+        "both", description="what the source is validated on: both the rows `curate tokenize` held out and the "
+        "validation_paths shards, or only the named shards (the held-out rows are still never trained on): runs on "
+        "differently filtered data (`curate ablate`) are then scored on one common set",
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def named_validation_has_paths(self) -> "SourceSpec":
+        if self.validation == "named" and not self.validation_paths:
+            raise ValueError("validation: named needs validation_paths")
+        return self
 
 
 class RopeScaling(BaseModel):

@@ -1,0 +1,393 @@
+"""`curate ablate`: curate a base recipe and its variants on one input, train the same small model on each, and compare
+them on one validation set and on multiple-choice benchmarks, in one report (DCLM's and FineWeb's method, one command).
+
+```
+OUT/ablation.json                 the ablation as given; a rerun into OUT must give the same one (then it resumes)
+OUT/curated/<variant>/            a `curate run` folder per variant, base included, every stage written; a variant
+                                  starts from hard links to the base's stages whose chained config hash it shares, so
+                                  the runner resumes after them instead of computing them again
+OUT/validation/part-00000.parquet held out from the input before curation (a hash of the document id picks the
+                                  extracted pages), so no filter can remove it; `tokens/` beside it
+OUT/tokenizer.json                one byte-level BPE, trained on the base's curated text, for every variant
+OUT/train/<variant>-seed<k>/      a `train` run per variant (the base with several seeds: the noise between them)
+OUT/scores/<run>.json             benchmark accuracies of the run's last checkpoint
+OUT/results.json, OUT/report.html
+```
+Every variant's own held-out rows are the validation documents that survived its filters (the same hash), so no
+variant trains on them; each run is scored on the whole common set only (`validation: named` in its mixture).
+"""
+
+import json
+import os
+import subprocess
+import time
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from curation.io import write_json_atomic, write_parquet_atomic, write_text_atomic
+from curation.recipe import Recipe, RecipeError, load_recipe, parse_recipe
+from curation.run_folder import MANIFEST
+from curation.tokenize import TOKENS_DIR, curated_parts, train_tokenizer, write_tokens
+from filters.benchmark_index import BenchmarkSpec, load_choice_items
+from training.shard_contract import TOKENIZER_FILE, held_out
+
+BASE = "base"
+LOCAL = fsspec.filesystem("file")  # an ablation's folder is local: its variants share files by hard links
+
+
+class VariantSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[\w.-]+$")
+    recipe: str | None = Field(None, description="a whole recipe (built-in name or YAML) instead of changes to the base")
+    remove: list[str] = Field(default_factory=list, description="stages of the base to leave out, e.g. [quality]")
+    set: dict[str, Any] = Field(default_factory=dict, description="`stage.param: value`, e.g. quality.threshold: 0.8")
+
+    @model_validator(mode="after")
+    def one_way(self) -> "VariantSpec":
+        if self.recipe and (self.remove or self.set):
+            raise ValueError("give a whole recipe or changes to the base (remove, set), not both")
+        return self
+
+
+class AblationSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    base: str = Field("fineweb-snapshot", description="the base recipe: built-in name or YAML")
+    variants: list[VariantSpec] = Field(min_length=1)
+    tokens: int | None = Field(None, gt=0, description="training tokens per run (default: 20 per parameter, capped by "
+                               "the smallest variant's training tokens times max_epochs)")  # fmt: skip
+    model: str = Field("tiny", description="training preset (tiny|small|1b) or a settings YAML")
+    seed: int = 0
+    noise_seeds: int = Field(2, ge=2, description="runs of the base (seeds seed, seed+1, ...): the seed-to-seed noise")
+    validation_fraction: float = Field(0.05, gt=0, lt=1, description="share of the input held out for validation")
+    max_epochs: float = Field(4.0, gt=0, description="no variant's tokens are repeated more often than this")
+    eval_every: int = Field(10, gt=0, description="validation loss every N steps")
+    vocab_size: int = Field(4096, ge=512)
+    ranks: int | None = Field(None, gt=0, description="processes per training run (default: GPUs, else 2)")
+    benchmarks: list[BenchmarkSpec] = Field(default_factory=list, description="multiple-choice benchmarks (formats "
+                                            "hellaswag, arc, mmlu or your own fields with choices and answer), local files")  # fmt: skip
+
+    @field_validator("variants")
+    @classmethod
+    def distinct_names(cls, variants: list[VariantSpec]) -> list[VariantSpec]:
+        names = [v.name for v in variants]
+        if BASE in names or len(set(names)) < len(names):
+            raise ValueError(f"variant names must differ from each other and from {BASE!r}: {names}")
+        return variants
+
+
+def load_ablation(path: str, **overrides) -> AblationSpec:
+    """An ablation YAML (or none) with CLI values on top; errors name the field."""
+    data = {}
+    if path:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as error:
+            raise RecipeError(f"{path}: cannot read the ablation: {error}") from None
+    data |= {key: value for key, value in overrides.items() if value is not None}
+    try:
+        return AblationSpec.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise RecipeError(f"{path or 'ablation'}: {where}: {first['msg']}") from None
+
+
+def load_variant(path: str) -> dict:
+    """A variant file: `name` plus `remove`/`set` changes, or a whole recipe (it has `stages`)."""
+    data = yaml.safe_load(Path(path).read_text())
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: a variant is a mapping (name, remove, set) or a whole recipe")
+    if "stages" in data:
+        return {"name": data.get("name", Path(path).stem), "recipe": path}
+    return {"name": Path(path).stem} | data
+
+
+def variant_recipe(base: Recipe, variant: VariantSpec) -> Recipe:
+    if variant.recipe:
+        return load_recipe(variant.recipe).model_copy(update={"name": variant.name})
+    data = base.model_dump()
+    names = [stage["stage"] for stage in data["stages"]]
+    for stage in variant.remove:
+        if stage not in names:
+            raise RecipeError(f"variant {variant.name}: remove: {base.name} has no stage {stage!r} (it has {names})")
+    data["stages"] = [stage for stage in data["stages"] if stage["stage"] not in variant.remove]
+    for key, value in variant.set.items():
+        stage, _, param = key.partition(".")
+        matches = [spec for spec in data["stages"] if spec["stage"] == stage]
+        if not param or not matches:
+            raise RecipeError(f"variant {variant.name}: set.{key}: give `stage.param` of a stage the variant runs")
+        matches[0]["params"][param] = value
+    return parse_recipe(data | {"name": variant.name}, f"variant {variant.name}")
+
+
+class Ablation:
+    """The steps, each skipped when its output is there: curate, hold out, tokenize, train, score, report."""
+
+    def __init__(self, spec: AblationSpec, out: str, inputs: list[str], snapshot: str, log=print):
+        self.spec, self.out, self.inputs, self.snapshot, self.log = spec, Path(out), inputs, snapshot, log
+        base = load_recipe(spec.base)
+        self.recipes = {BASE: base} | {v.name: variant_recipe(base, v) for v in spec.variants}
+        self.benchmarks = {b.name: load_choice_items(b) for b in spec.benchmarks}
+
+    def curated(self, name: str) -> Path:
+        return self.out / "curated" / name
+
+    def runs(self) -> list[tuple[str, str, int]]:
+        """(run name, variant, seed): the base once per noise seed, every variant with the first seed."""
+        seeds = range(self.spec.seed, self.spec.seed + self.spec.noise_seeds)
+        return [(f"{BASE}-seed{s}", BASE, s) for s in seeds] + [(f"{v}-seed{self.spec.seed}", v, self.spec.seed)
+                                                                 for v in self.recipes if v != BASE]  # fmt: skip
+
+    def check_same_ablation(self) -> None:
+        record = self.out / "ablation.json"
+        given = json.loads(self.spec.model_dump_json()) | {"inputs": self.inputs}
+        if record.is_file() and json.loads(record.read_text()) != given:
+            raise RecipeError(f"{self.out} holds another ablation (its ablation.json differs): choose another --out")
+        self.out.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(LOCAL, str(record), given)
+
+    def curate(self, run_recipe) -> dict[str, int]:
+        """Every variant curated; per variant the stage-shards reused (from the base or a previous attempt)."""
+        reused = {}
+        for name, recipe in self.recipes.items():
+            if name != BASE:
+                share_stages(self.curated(BASE), self.curated(name), self.recipes[BASE], recipe, self.inputs, self.snapshot)
+            self.log(f"curating {name}")
+            reused[name] = run_recipe(recipe, self.inputs, str(self.curated(name)), self.snapshot)
+        return reused
+
+    def hold_out(self) -> Path:
+        """The validation documents: the extracted input pages a hash of the id holds out (every variant holds out
+        the same ids when tokenizing, so none trains on them)."""
+        out = self.out / "validation" / "part-00000.parquet"
+        if out.is_file():
+            return out
+        base = self.recipes[BASE]
+        text_stage = next((i + 1 for i, spec in enumerate(base.stages) if spec.stage == "extract"), 0)
+        folder = self.curated(BASE) / base.stage_dirs()[text_stage]
+        tables = []
+        for part in sorted(folder.glob("part-*.parquet")):
+            table = pq.read_table(part, columns=["id", "source", "text"])
+            keep = [held_out(doc_id, self.spec.validation_fraction) and bool(text and text.strip())
+                    for doc_id, text in zip(table["id"].to_pylist(), table["text"].to_pylist())]  # fmt: skip
+            tables.append(table.filter(pa.array(keep)))
+        held = pa.concat_tables(tables) if tables else None
+        if held is None or held.num_rows == 0:
+            raise ValueError(f"no validation documents held out of {folder} at fraction {self.spec.validation_fraction}")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_parquet_atomic(LOCAL, str(out), held)
+        return out
+
+    def tokenize(self, documents: Path) -> dict[str, dict]:
+        """One tokenizer (trained on the base's curated text) for every variant and the validation set."""
+        from tokenizers import Tokenizer
+
+        path = self.out / TOKENIZER_FILE
+        if path.is_file():
+            tokenizer = Tokenizer.from_file(str(path))
+        else:
+            texts = (text for part in curated_parts(str(self.curated(BASE)))
+                     for text in pq.read_table(part, columns=["text"])["text"].to_pylist())  # fmt: skip
+            tokenizer = train_tokenizer(texts, self.spec.vocab_size)
+            write_text_atomic(LOCAL, str(path), tokenizer.to_str())
+        stats = {}
+        for name in self.recipes:
+            done = self.curated(name) / TOKENS_DIR / "stats.json"
+            stats[name] = json.loads(done.read_text()) if done.is_file() else write_tokens(
+                str(self.curated(name)), curated_parts(str(self.curated(name))), tokenizer, self.spec.validation_fraction)
+        if not (documents.parent / TOKENS_DIR / "stats.json").is_file():
+            write_tokens(str(documents.parent), [str(documents)], tokenizer, 0.0)
+        return stats
+
+    def budget(self, token_stats: dict[str, dict]) -> tuple[int, int, str]:
+        """(tokens, steps, why): the given tokens, else 20 per parameter, capped so no variant repeats its training
+        tokens more than max_epochs times."""
+        import torch
+
+        from training.config import load_config
+        from training.model import Transformer
+        from training.plan import CHINCHILLA_TOKENS_PER_PARAM
+
+        config = load_config(self.spec.model)
+        with torch.device("meta"):
+            params = Transformer(config.model_config_for(self.spec.vocab_size)).num_params()
+        trainable = {name: sum(s["tokens"] - s["validation_tokens"] for s in stats["sources"].values())
+                     for name, stats in token_stats.items()}  # fmt: skip
+        smallest = min(trainable, key=trainable.get)
+        cap = int(trainable[smallest] * self.spec.max_epochs)
+        if self.spec.tokens:
+            tokens, why = self.spec.tokens, "given"
+        elif CHINCHILLA_TOKENS_PER_PARAM * params <= cap:
+            tokens, why = CHINCHILLA_TOKENS_PER_PARAM * params, f"Chinchilla: {CHINCHILLA_TOKENS_PER_PARAM} x {params:,} parameters"
+        else:
+            tokens, why = cap, (f"capped: {smallest} has {trainable[smallest]:,} training tokens x {self.spec.max_epochs:g} "
+                                f"epochs (Chinchilla would be {CHINCHILLA_TOKENS_PER_PARAM * params:,})")  # fmt: skip
+        validation = sum(s["tokens"] for s in read_token_stats(self.out / "validation")["sources"].values())
+        if validation <= config.seq_len:
+            raise ValueError(f"the validation documents hold {validation:,} tokens, less than one sequence of "
+                             f"{config.seq_len}: raise validation_fraction ({self.spec.validation_fraction})")  # fmt: skip
+        per_step = config.base_shape().tokens_per_step
+        return tokens, max(1, tokens // per_step), why
+
+    def mixture(self, variant: str, documents: Path) -> Path:
+        path = self.out / "mixtures" / f"{variant}.yaml"
+        mixture = {
+            "name": f"ablation-{variant}",
+            "sources": {"web": {
+                "paths": [str(self.curated(variant).resolve() / TOKENS_DIR / "part-*.parquet")],
+                "validation_paths": [str(documents.parent.resolve() / TOKENS_DIR / "part-*.parquet")],
+                "validation": "named", "max_epochs": self.spec.max_epochs,
+            }},
+        }  # fmt: skip
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(LOCAL, str(path), yaml.safe_dump(mixture, sort_keys=False))
+        return path
+
+    def train(self, run: str, variant: str, seed: int, steps: int, documents: Path) -> Path:
+        from training import checkpoint
+
+        folder = self.out / "train" / run
+        latest = checkpoint.latest(folder / "checkpoints")
+        if latest is not None and latest.name == f"step-{steps:08d}":
+            return folder
+        command = [sys.executable, "-m", "training", "--mixture", str(self.mixture(variant, documents)), "--config",
+                   self.spec.model, "--steps", str(steps), "--seed", str(seed), "--out", str(folder),
+                   "--eval-every", str(self.spec.eval_every), "--checkpoint-every", str(max(1, steps // 4)), "--resume"]  # fmt: skip
+        if self.spec.ranks:
+            command += ["--ranks", str(self.spec.ranks)]
+        log = self.out / "train" / f"{run}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.log(f"training {run}: {steps} steps (log: {log})")
+        with log.open("a") as handle:
+            code = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT).returncode
+        if code:
+            raise RuntimeError(f"training {run} failed (exit {code}); the end of {log}:\n{log.read_text()[-3000:]}")
+        return folder
+
+    def score(self, run: str, folder: Path) -> dict:
+        path = self.out / "scores" / f"{run}.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+        from training.choices import score_run
+
+        scores = {name: asdict(result) for name, result in score_run(folder, self.benchmarks).items()}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(LOCAL, str(path), scores)
+        return scores
+
+
+def share_stages(base_dir: Path, variant_dir: Path, base: Recipe, recipe: Recipe, inputs: list[str], snapshot: str) -> list[str]:
+    """Start a new variant folder from the base's stages that its recipe shares (same folder name and chained config
+    hash), as hard links with their manifest entries: the runner then resumes after them. Returns the stages shared."""
+    if (variant_dir / MANIFEST).is_file() or not (base_dir / MANIFEST).is_file():
+        return []
+    done = json.loads((base_dir / MANIFEST).read_text())
+    shared = []
+    pairs = zip(base.stage_dirs(), base.stage_hashes(inputs, snapshot), recipe.stage_dirs(), recipe.stage_hashes(inputs, snapshot))
+    for base_stage, base_hash, stage, stage_hash in pairs:
+        if (base_stage, base_hash) != (stage, stage_hash) or done["stages"].get(stage, {}).get("config_hash") != stage_hash:
+            break
+        shared.append(stage)
+    for stage in shared:
+        for where in ("", "removed/", "reports/"):
+            source = base_dir / f"{where}{stage}"
+            for file in sorted(source.rglob("*")) if source.is_dir() else []:
+                if file.is_file() and not file.name.endswith(".tmp"):
+                    target = variant_dir / file.relative_to(base_dir)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.link(file, target)
+    manifest = {key: value for key, value in done.items() if key != "stages"} | {"stages": {s: done["stages"][s] for s in shared}}
+    variant_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(LOCAL, str(variant_dir / MANIFEST), manifest)
+    return shared
+
+
+def run_ablation(ablation: Ablation, run_recipe) -> dict:
+    """Every step (each resumed where its output is there), then OUT/results.json and OUT/report.html."""
+    from curation.ablation_report import render
+
+    started = time.perf_counter()
+    ablation.check_same_ablation()
+    reused = ablation.curate(run_recipe)
+    documents = ablation.hold_out()
+    token_stats = ablation.tokenize(documents)
+    tokens, steps, why = ablation.budget(token_stats)
+    ablation.log(f"budget: {tokens:,} tokens, {steps} steps per run ({why})")
+    runs = {}
+    for run, variant, seed in ablation.runs():
+        folder = ablation.train(run, variant, seed, steps, documents)
+        runs[run] = run_summary(folder, variant, seed) | {"benchmarks": ablation.score(run, folder) if ablation.benchmarks else {}}
+    validation = read_token_stats(documents.parent)["sources"]
+    results = {
+        "base": ablation.spec.base, "model": ablation.spec.model, "inputs": len(ablation.inputs),
+        "budget": {"tokens": tokens, "steps": steps, "why": why},
+        "validation": {"documents": sum(s["documents"] for s in validation.values()), "tokens": sum(s["tokens"] for s in validation.values())},
+        "variants": {name: variant_summary(ablation.curated(name), ablation.recipes[name], token_stats[name], reused[name])
+                     for name in ablation.recipes},
+        "runs": runs,
+    }  # fmt: skip
+    results |= compare(runs, list(ablation.benchmarks))
+    results["wall_seconds"] = round(time.perf_counter() - started, 1)
+    write_json_atomic(LOCAL, str(ablation.out / "results.json"), results)
+    write_text_atomic(LOCAL, str(ablation.out / "report.html"), render(results, ablation.out))
+    return results
+
+
+def read_token_stats(folder: Path) -> dict:
+    return json.loads((folder / TOKENS_DIR / "stats.json").read_text())
+
+
+def run_summary(folder: Path, variant: str, seed: int) -> dict:
+    """A training run's validation-loss curve and final value, from its metrics.jsonl."""
+    from training import metrics
+
+    frame = metrics.load(str(folder))
+    validated = frame[frame.val_loss.notna()] if "val_loss" in frame.columns else frame.iloc[0:0]
+    curve = [[int(step), float(loss)] for step, loss in zip(validated.step, validated.val_loss)]
+    return {"variant": variant, "seed": seed, "folder": str(folder), "val_loss": curve[-1][1] if curve else None, "curve": curve}
+
+
+def variant_summary(folder: Path, recipe: Recipe, token_stats: dict, reused: int) -> dict:
+    from curation import stats
+
+    funnel = stats.funnel(stats.load(str(folder)))
+    return {
+        "stages": [spec.stage for spec in recipe.stages],
+        "funnel": [{"stage": stage, "docs_in": int(row.docs_in), "docs_out": int(row.docs_out)} for stage, row in funnel.iterrows()],
+        "documents": sum(s["documents"] for s in token_stats["sources"].values()),
+        "training_tokens": sum(s["tokens"] - s["validation_tokens"] for s in token_stats["sources"].values()),
+        "reused_stage_shards": reused,
+    }  # fmt: skip
+
+
+def compare(runs: dict[str, dict], benchmarks: list[str]) -> dict:
+    """Each variant against the base: the difference of its final validation loss (and benchmark accuracies) from
+    the mean of the base's seeds, and whether it exceeds the noise, the largest difference between two base seeds."""
+    base = [run for run in runs.values() if run["variant"] == BASE]
+
+    def spread(values: list[float]) -> float:
+        return max(values) - min(values)
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    metrics = {"val_loss": lambda run: run["val_loss"]}
+    metrics |= {f"{name}.acc": (lambda run, name=name: run["benchmarks"][name]["acc"]) for name in benchmarks}
+    noise = {metric: spread([value(run) for run in base]) for metric, value in metrics.items()}
+    base_mean = {metric: mean([value(run) for run in base]) for metric, value in metrics.items()}
+    comparison = {}
+    for name, run in runs.items():
+        if run["variant"] == BASE:
+            continue
+        comparison[run["variant"]] = {metric: {"value": value(run), "delta": value(run) - base_mean[metric],
+                                               "exceeds_noise": abs(value(run) - base_mean[metric]) > noise[metric]}
+                                      for metric, value in metrics.items()}  # fmt: skip
+    return {"noise": noise, "base_mean": base_mean, "comparison": comparison}

@@ -1,0 +1,138 @@
+"""`curate ablate`: variant recipes, multiple-choice scoring, and a two-variant ablation end to end on real parts."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from curation.ablation import AblationSpec, VariantSpec, variant_recipe
+from curation.recipe import RecipeError, load_recipe
+from curation.sources import sample
+from filters.benchmark_index import BenchmarkSpec, ChoiceItem, load_choice_items
+from training.choices import choice_log_likelihoods, score, wilson_interval
+
+CURATE = [sys.executable, "-m", "curation"]
+ENDINGS = ["the report was published on time", "purple elephants sing loudly", "it rained in the city all day"]
+
+
+def test_variants_leave_out_or_change_stages_and_errors_name_the_field():
+    base = load_recipe("fineweb-snapshot")
+    no_quality = variant_recipe(base, VariantSpec(name="no-quality", remove=["quality"]))
+    assert "quality" not in [s.stage for s in no_quality.stages] and len(no_quality.stages) == len(base.stages) - 1
+    stricter = variant_recipe(base, VariantSpec(name="strict", set={"quality.threshold": 0.8}))
+    assert next(s for s in stricter.stages if s.stage == "quality").params["threshold"] == 0.8
+    # the stages before the change keep their chained hashes: the runner reuses them
+    shared = sum(a == b for a, b in zip(base.stage_hashes(["x"], "s"), stricter.stage_hashes(["x"], "s")))
+    assert shared == 1 + [s.stage for s in base.stages].index("quality")
+    with pytest.raises(RecipeError, match="has no stage 'nope'"):
+        variant_recipe(base, VariantSpec(name="v", remove=["nope"]))
+    with pytest.raises(RecipeError, match=r"stages\[\d+\].params.threshold"):
+        variant_recipe(base, VariantSpec(name="v", set={"quality.threshold": 3}))
+    with pytest.raises(ValueError, match="variant names must differ"):
+        AblationSpec(variants=[VariantSpec(name="base")])
+
+
+def test_multiple_choice_layouts_give_context_choices_and_answer(tmp_path):
+    hellaswag = tmp_path / "hellaswag.jsonl"
+    hellaswag.write_text(json.dumps({"ind": 7, "ctx": "The committee met and", "endings": ENDINGS, "label": "2"}) + "\n")
+    arc = tmp_path / "arc.jsonl"
+    arc.write_text(json.dumps({"id": "q1", "question": {"stem": "What falls from clouds?", "choices": [
+        {"label": "A", "text": "rain"}, {"label": "B", "text": "rocks"}]}, "answerKey": "A"}) + "\n")  # fmt: skip
+    mmlu = tmp_path / "mmlu.csv"
+    mmlu.write_text("What is 2+2?,3,4,5,6,B\n")
+    items = {name: load_choice_items(BenchmarkSpec(name=name, format=name, path=str(path)))
+             for name, path in (("hellaswag", hellaswag), ("arc", arc), ("mmlu", mmlu))}  # fmt: skip
+    assert items["hellaswag"] == [ChoiceItem("7", "The committee met and", ENDINGS, 2)]
+    assert items["arc"] == [ChoiceItem("q1", "What falls from clouds?", ["rain", "rocks"], 0)]
+    assert items["mmlu"][0].choices == ["3", "4", "5", "6"] and items["mmlu"][0].answer == 1
+    with pytest.raises(ValueError, match="not multiple-choice"):
+        load_choice_items(BenchmarkSpec(name="gsm8k", format="gsm8k"))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"ind": 1, "ctx": "x", "endings": ["a", "b"], "label": 5}) + "\n")
+    with pytest.raises(ValueError, match="bad.jsonl row 0: answer 5"):
+        load_choice_items(BenchmarkSpec(name="bad", format="hellaswag", path=str(bad)))
+
+
+def test_choice_scores_are_the_log_likelihood_of_each_ending():
+    """Padded, batched scoring equals each choice scored alone with a full forward pass."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from training.model import ModelConfig, Transformer
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.train_from_iterator(["The committee met and " + e for e in ENDINGS] * 5,
+                                  trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))  # fmt: skip
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(dim=32, n_layers=2, n_heads=2, n_kv_heads=1, ffn_hidden=64, vocab_size=300, max_seq_len=64))
+    model.init_weights()
+    model.eval()
+    sums = choice_log_likelihoods(model, tokenizer, "The committee met and", ENDINGS)
+    for ending, got in zip(ENDINGS, sums):
+        context, continuation = tokenizer.encode("The committee met and").ids, tokenizer.encode(" " + ending).ids
+        ids = torch.tensor([context + continuation])
+        with torch.no_grad():
+            log_probs = torch.log_softmax(model(ids[:, :-1]), dim=-1)[0]
+        expected = sum(float(log_probs[len(context) - 1 + k, token]) for k, token in enumerate(continuation))
+        assert got == pytest.approx(expected, abs=1e-4)
+    best = max(range(3), key=sums.__getitem__)
+    result = score(model, tokenizer, [ChoiceItem("a", "The committee met and", ENDINGS, best)] * 4)
+    assert result.items == 4 and result.acc == 1.0 and result.acc_interval[0] > 0.4
+
+
+def test_wilson_interval():
+    assert wilson_interval(0, 10)[0] == 0.0 and 0.2 < wilson_interval(0, 10)[1] < 0.35
+    low, high = wilson_interval(50, 100)
+    assert low == pytest.approx(1 - high) and 0.39 < low < 0.41
+
+
+@pytest.mark.slow
+def test_two_variant_ablation_end_to_end_and_resumed(tmp_path):
+    pages = tmp_path / "pages"
+    sample.generate(pages, pages=300, files=3, seed=5)
+    benchmark = tmp_path / "hellaswag.jsonl"
+    benchmark.write_text("".join(json.dumps({"ind": i, "ctx": f"Item {i}: the committee met and", "endings": ENDINGS,
+                                             "label": i % 3}) + "\n" for i in range(12)))  # fmt: skip
+    ablation = tmp_path / "ablation.yaml"
+    ablation.write_text(f"""
+base: fineweb-snapshot
+variants:
+  - {{name: no-quality, remove: [quality]}}
+tokens: 16000
+eval_every: 5
+validation_fraction: 0.1
+benchmarks:
+  - {{name: tiny-hellaswag, format: hellaswag, path: {benchmark}}}
+""")
+    out = tmp_path / "ablation"
+    command = CURATE + ["ablate", str(ablation), "--input", f"{pages}/*.warc.gz", "--out", str(out), "--num-cpus", "2"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["runs"]) == {"base-seed0", "base-seed1", "no-quality-seed0"}
+    assert results["variants"]["no-quality"]["reused_stage_shards"] > 0  # the stages before quality were not rerun
+    assert results["variants"]["no-quality"]["documents"] > results["variants"]["base"]["documents"]
+    for name, run in results["runs"].items():
+        rows = [json.loads(line) for line in (out / "train" / name / "metrics.jsonl").read_text().splitlines()]
+        validated = [(row["step"], row["val_loss"]) for row in rows if row.get("val_loss") is not None]
+        assert [tuple(point) for point in run["curve"]] == validated and run["val_loss"] == validated[-1][1]
+        assert run["benchmarks"]["tiny-hellaswag"]["items"] == 12
+    base = [results["runs"][f"base-seed{s}"]["val_loss"] for s in (0, 1)]
+    assert results["noise"]["val_loss"] == pytest.approx(abs(base[0] - base[1]))
+    delta = results["runs"]["no-quality-seed0"]["val_loss"] - sum(base) / 2
+    compared = results["comparison"]["no-quality"]["val_loss"]
+    assert compared["delta"] == pytest.approx(delta) and compared["exceeds_noise"] == (abs(delta) > results["noise"]["val_loss"])
+    report = (out / "report.html").read_text()
+    assert f"{results['runs']['no-quality-seed0']['val_loss']:.4f}" in report and "Curation funnel" in report
+    # rerun: every step's output is there, nothing is trained or curated again
+    mtimes = {p: p.stat().st_mtime_ns for p in out.rglob("part-*.parquet")}
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert json.loads((out / "results.json").read_text())["runs"] == results["runs"]
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("part-*.parquet")} == mtimes
+    assert "training base-seed" not in again.stdout and "training no-quality" not in again.stdout
+    validation = Path(out / "validation" / "part-00000.parquet")
+    assert validation.is_file()
