@@ -35,6 +35,26 @@ def test_variants_leave_out_or_change_stages_and_errors_name_the_field():
         AblationSpec(variants=[VariantSpec(name="base")])
 
 
+def test_ablation_files_and_flags_are_validated_with_errors_that_name_the_field(tmp_path, capsys):
+    from curation.ablation import load_ablation, load_variant
+    from curation.cli import main
+
+    variant = tmp_path / "strict.yaml"
+    variant.write_text("set: {quality.threshold: 0.8}\n")
+    assert load_variant(str(variant)) == {"name": "strict", "set": {"quality.threshold": 0.8}}
+    whole = tmp_path / "mine.yaml"
+    whole.write_text("name: mine\nstages: [{stage: extract}]\n")
+    assert load_variant(str(whole)) == {"name": "mine", "recipe": str(whole)}
+    spec = tmp_path / "ablation.yaml"
+    spec.write_text("variants: [{name: a, remove: [quality]}]\ntokens: -5\n")
+    with pytest.raises(RecipeError, match="tokens: Input should be greater than 0"):
+        load_ablation(str(spec))
+    assert load_ablation(str(spec), tokens=1000).tokens == 1000  # a flag overrides the file
+    spec.write_text("variants: [{name: a, remove: [quality]}]\n")
+    assert main(["ablate", str(spec), "--benchmark", "arc-only-a-name"]) == 2
+    assert "give NAME=FORMAT:PATH" in capsys.readouterr().err
+
+
 def test_multiple_choice_layouts_give_context_choices_and_answer(tmp_path):
     hellaswag = tmp_path / "hellaswag.jsonl"
     hellaswag.write_text(json.dumps({"ind": 7, "ctx": "The committee met and", "endings": ENDINGS, "label": "2"}) + "\n")
