@@ -67,8 +67,10 @@ class AblationSpec(BaseModel):
     seed: int = 0
     noise_seeds: int = Field(2, ge=2, description="runs of the base (seeds seed, seed+1, ...): the seed-to-seed noise")
     validation_fraction: float = Field(0.05, gt=0, lt=1, description="share of the input held out for validation")
-    max_epochs: float = Field(4.0, gt=0, description="no variant's tokens are repeated more often than this")
+    max_epochs: float = Field(1.0, gt=0, description="no variant's tokens are repeated more often than this (default: "
+                              "never; a repeated small variant would be compared on memorization)")  # fmt: skip
     eval_every: int = Field(10, gt=0, description="validation loss every N steps")
+    eval_sequences: int = Field(64, gt=0, description="validation sequences scored at each validation")
     vocab_size: int = Field(4096, ge=512)
     ranks: int | None = Field(None, gt=0, description="processes per training run (default: GPUs, else 2)")
     benchmarks: list[BenchmarkSpec] = Field(default_factory=list, description="multiple-choice benchmarks (formats "
@@ -154,15 +156,16 @@ class Ablation:
         self.out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(LOCAL, str(record), given)
 
-    def curate(self, run_recipe) -> dict[str, int]:
-        """Every variant curated; per variant the stage-shards reused (from the base or a previous attempt)."""
-        reused = {}
+    def shared(self, name: str) -> list[str]:
+        return shared_stages(self.recipes[BASE], self.recipes[name], self.inputs, self.snapshot)
+
+    def curate(self, run_recipe) -> None:
+        """Every variant curated, the base first: a variant starts from the stages it shares with it."""
         for name, recipe in self.recipes.items():
             if name != BASE:
-                share_stages(self.curated(BASE), self.curated(name), self.recipes[BASE], recipe, self.inputs, self.snapshot)
+                share_stages(self.curated(BASE), self.curated(name), self.shared(name))
             self.log(f"curating {name}")
-            reused[name] = run_recipe(recipe, self.inputs, str(self.curated(name)), self.snapshot)
-        return reused
+            run_recipe(recipe, self.inputs, str(self.curated(name)), self.snapshot)
 
     def hold_out(self) -> Path:
         """The validation documents: the extracted input pages a hash of the id holds out (every variant holds out
@@ -226,7 +229,8 @@ class Ablation:
         if self.spec.tokens:
             tokens, why = self.spec.tokens, "given"
         elif CHINCHILLA_TOKENS_PER_PARAM * params <= cap:
-            tokens, why = CHINCHILLA_TOKENS_PER_PARAM * params, f"Chinchilla: {CHINCHILLA_TOKENS_PER_PARAM} x {params:,} parameters"
+            tokens = CHINCHILLA_TOKENS_PER_PARAM * params
+            why = f"Chinchilla: {CHINCHILLA_TOKENS_PER_PARAM} x {params:,} parameters"
         else:
             tokens, why = cap, (f"capped: {smallest} has {trainable[smallest]:,} training tokens x {self.spec.max_epochs:g} "
                                 f"epochs (Chinchilla would be {CHINCHILLA_TOKENS_PER_PARAM * params:,})")  # fmt: skip
@@ -260,7 +264,8 @@ class Ablation:
             return folder
         command = [sys.executable, "-m", "training", "--mixture", str(self.mixture(variant, documents)), "--config",
                    self.spec.model, "--steps", str(steps), "--seed", str(seed), "--out", str(folder),
-                   "--eval-every", str(self.spec.eval_every), "--checkpoint-every", str(max(1, steps // 4)), "--resume"]  # fmt: skip
+                   "--eval-every", str(self.spec.eval_every), "--eval-sequences", str(self.spec.eval_sequences),
+                   "--checkpoint-every", str(max(1, steps // 4)), "--resume"]  # fmt: skip
         if self.spec.ranks:
             command += ["--ranks", str(self.spec.ranks)]
         log = self.out / "train" / f"{run}.log"
@@ -284,18 +289,24 @@ class Ablation:
         return scores
 
 
-def share_stages(base_dir: Path, variant_dir: Path, base: Recipe, recipe: Recipe, inputs: list[str], snapshot: str) -> list[str]:
-    """Start a new variant folder from the base's stages that its recipe shares (same folder name and chained config
-    hash), as hard links with their manifest entries: the runner then resumes after them. Returns the stages shared."""
-    if (variant_dir / MANIFEST).is_file() or not (base_dir / MANIFEST).is_file():
-        return []
-    done = json.loads((base_dir / MANIFEST).read_text())
+def shared_stages(base: Recipe, recipe: Recipe, inputs: list[str], snapshot: str) -> list[str]:
+    """The stage folders a variant shares with the base: the same name and chained config hash, from the start."""
     shared = []
-    pairs = zip(base.stage_dirs(), base.stage_hashes(inputs, snapshot), recipe.stage_dirs(), recipe.stage_hashes(inputs, snapshot))
-    for base_stage, base_hash, stage, stage_hash in pairs:
-        if (base_stage, base_hash) != (stage, stage_hash) or done["stages"].get(stage, {}).get("config_hash") != stage_hash:
+    ours, theirs = base.stage_hashes(inputs, snapshot), recipe.stage_hashes(inputs, snapshot)
+    for stage, other, stage_hash, other_hash in zip(base.stage_dirs(), recipe.stage_dirs(), ours, theirs):
+        if (stage, stage_hash) != (other, other_hash):
             break
         shared.append(stage)
+    return shared
+
+
+def share_stages(base_dir: Path, variant_dir: Path, shared: list[str]) -> None:
+    """Start a new variant folder from the base's shared stages, as hard links with their manifest entries: the
+    runner then resumes after them instead of computing them again."""
+    if (variant_dir / MANIFEST).is_file() or not (base_dir / MANIFEST).is_file():
+        return
+    done = json.loads((base_dir / MANIFEST).read_text())
+    shared = [stage for stage in shared if stage in done["stages"]]
     for stage in shared:
         for where in ("", "removed/", "reports/"):
             source = base_dir / f"{where}{stage}"
@@ -304,10 +315,10 @@ def share_stages(base_dir: Path, variant_dir: Path, base: Recipe, recipe: Recipe
                     target = variant_dir / file.relative_to(base_dir)
                     target.parent.mkdir(parents=True, exist_ok=True)
                     os.link(file, target)
-    manifest = {key: value for key, value in done.items() if key != "stages"} | {"stages": {s: done["stages"][s] for s in shared}}
+    manifest = {key: value for key, value in done.items() if key != "stages"}
+    manifest["stages"] = {stage: done["stages"][stage] for stage in shared}
     variant_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(LOCAL, str(variant_dir / MANIFEST), manifest)
-    return shared
 
 
 def run_ablation(ablation: Ablation, run_recipe) -> dict:
@@ -316,7 +327,7 @@ def run_ablation(ablation: Ablation, run_recipe) -> dict:
 
     started = time.perf_counter()
     ablation.check_same_ablation()
-    reused = ablation.curate(run_recipe)
+    ablation.curate(run_recipe)
     documents = ablation.hold_out()
     token_stats = ablation.tokenize(documents)
     tokens, steps, why = ablation.budget(token_stats)
@@ -324,14 +335,15 @@ def run_ablation(ablation: Ablation, run_recipe) -> dict:
     runs = {}
     for run, variant, seed in ablation.runs():
         folder = ablation.train(run, variant, seed, steps, documents)
-        runs[run] = run_summary(folder, variant, seed) | {"benchmarks": ablation.score(run, folder) if ablation.benchmarks else {}}
+        scores = ablation.score(run, folder) if ablation.benchmarks else {}
+        runs[run] = run_summary(folder, variant, seed) | {"benchmarks": scores}
     validation = read_token_stats(documents.parent)["sources"]
     results = {
         "base": ablation.spec.base, "model": ablation.spec.model, "inputs": len(ablation.inputs),
         "budget": {"tokens": tokens, "steps": steps, "why": why},
-        "validation": {"documents": sum(s["documents"] for s in validation.values()), "tokens": sum(s["tokens"] for s in validation.values())},
-        "variants": {name: variant_summary(ablation.curated(name), ablation.recipes[name], token_stats[name], reused[name])
-                     for name in ablation.recipes},
+        "validation": {key: sum(s[key] for s in validation.values()) for key in ("documents", "tokens")},
+        "variants": {name: variant_summary(ablation.curated(name), ablation.recipes[name], token_stats[name],
+                                           ablation.shared(name) if name != BASE else []) for name in ablation.recipes},
         "runs": runs,
     }  # fmt: skip
     results |= compare(runs, list(ablation.benchmarks))
@@ -355,7 +367,7 @@ def run_summary(folder: Path, variant: str, seed: int) -> dict:
     return {"variant": variant, "seed": seed, "folder": str(folder), "val_loss": curve[-1][1] if curve else None, "curve": curve}
 
 
-def variant_summary(folder: Path, recipe: Recipe, token_stats: dict, reused: int) -> dict:
+def variant_summary(folder: Path, recipe: Recipe, token_stats: dict, shared: list[str]) -> dict:
     from curation import stats
 
     funnel = stats.funnel(stats.load(str(folder)))
@@ -364,7 +376,7 @@ def variant_summary(folder: Path, recipe: Recipe, token_stats: dict, reused: int
         "funnel": [{"stage": stage, "docs_in": int(row.docs_in), "docs_out": int(row.docs_out)} for stage, row in funnel.iterrows()],
         "documents": sum(s["documents"] for s in token_stats["sources"].values()),
         "training_tokens": sum(s["tokens"] - s["validation_tokens"] for s in token_stats["sources"].values()),
-        "reused_stage_shards": reused,
+        "shared_with_base": shared,
     }  # fmt: skip
 
 

@@ -72,8 +72,8 @@ def render(results: dict, out: Path) -> str:
         "<h2>Curation funnel</h2>", f"<img src='data:image/png;base64,{png_base64(funnel_figure(results))}'>",
         "<h2>Validation loss</h2>", f"<img src='data:image/png;base64,{png_base64(validation_figure(results))}'>",
         "<h2>Stages of each variant</h2><ul>",
-        *(f"<li>{html.escape(name)}: {html.escape(' -> '.join(v['stages']))} ({v['reused_stage_shards']} stage-shards "
-          "reused)</li>" for name, v in results["variants"].items()),
+        *(f"<li>{html.escape(name)}: {html.escape(' -> '.join(v['stages']))}; taken from the base, not computed again: "
+          f"{html.escape(', '.join(v['shared_with_base']) or 'none')}</li>" for name, v in results["variants"].items()),
         "</ul></body></html>",
     ]  # fmt: skip
     return "\n".join(parts)

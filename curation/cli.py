@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="a variant YAML: `name`, `remove: [stage, ...]`, `set: {stage.param: value}`, or a whole "
                         "recipe; repeatable")  # fmt: skip
     ablate.add_argument("--tokens", type=positive_int, help="training tokens per run (default: 20 per parameter, "
-                        "capped so no variant repeats its tokens more than 4 times)")  # fmt: skip
+                        "capped so no variant repeats its tokens)")  # fmt: skip
     ablate.add_argument("--model", help="training preset tiny|small|1b or a settings YAML (default tiny)")
     ablate.add_argument("--seeds", type=positive_int, dest="noise_seeds", help="runs of the base with other seeds (default 2)")
     ablate.add_argument("--benchmark", action="append", default=[], metavar="NAME=FORMAT:PATH",
@@ -337,8 +337,9 @@ def cmd_ablate(args) -> int:
                             num_cpus=args.num_cpus)  # fmt: skip
         if result.failures:
             raise RuntimeError(f"curating {recipe.name}: {len(result.failures)} shard(s) failed, e.g. {result.failures[0].error}")
+        if result.skipped_shards:
+            console.print(f"resumed: {result.skipped_shards} stage-shard(s) were already done and skipped")
         stats.print_funnel(stats.load(output), console)
-        return result.skipped_shards
 
     try:
         results = run_ablation(ablation, curate)

@@ -133,7 +133,10 @@ benchmarks:
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads((out / "results.json").read_text())
     assert set(results["runs"]) == {"base-seed0", "base-seed1", "no-quality-seed0"}
-    assert results["variants"]["no-quality"]["reused_stage_shards"] > 0  # the stages before quality were not rerun
+    shared = results["variants"]["no-quality"]["shared_with_base"]
+    assert shared == ["00_read", "01_url_filter", "02_extract", "03_langid", "04_badwords", "05_heuristics"]
+    for base_part in (out / "curated" / "base" / "05_heuristics").glob("part-*.parquet"):  # reused, not computed again
+        assert base_part.stat().st_ino == (out / "curated" / "no-quality" / "05_heuristics" / base_part.name).stat().st_ino
     assert results["variants"]["no-quality"]["documents"] > results["variants"]["base"]["documents"]
     for name, run in results["runs"].items():
         rows = [json.loads(line) for line in (out / "train" / name / "metrics.jsonl").read_text().splitlines()]

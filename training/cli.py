@@ -39,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int)
     parser.add_argument("--eval-every", type=int, dest="eval_every",
                         help="validation loss, total and per source, on the held-out slice every N steps (0: never)")
+    parser.add_argument("--eval-sequences", type=int, dest="eval_sequences", help="held-out sequences scored per source")
     parser.add_argument("--spike-policy", choices=SPIKE_POLICIES, dest="spike_policy",
                         help="on a loss spike: log its documents, skip the update, or rewind to the last checkpoint and "
                         "never train on the offending documents again")  # fmt: skip
@@ -142,7 +143,7 @@ def _num_params(config, mixture) -> int:
 
 
 OVERRIDES = ("steps", "seq_len", "global_batch", "micro_batch", "lr", "dtype", "attention", "checkpoint_every", "lineage_every", "seed",
-             "eval_every", "spike_policy", "z_loss")  # fmt: skip
+             "eval_every", "eval_sequences", "spike_policy", "z_loss")  # fmt: skip
 
 
 VALIDATED = "TRAIN_VALIDATED"  # set by `train` for the ranks it launches
