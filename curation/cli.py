@@ -332,7 +332,7 @@ def cmd_ablate(args) -> int:
         print(f"curate: {error}", file=sys.stderr)
         return 2
 
-    def curate(recipe, inputs: list[str], output: str, snapshot: str) -> int:
+    def curate(recipe, inputs: list[str], output: str, snapshot: str) -> None:
         result = runner.run(recipe, inputs, output, snapshot, materialize_all=True, ray_address=args.ray_address,
                             num_cpus=args.num_cpus)  # fmt: skip
         if result.failures:

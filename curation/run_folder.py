@@ -24,7 +24,9 @@ def part_name(shard: int) -> str:
 
 class RunFolder:
     def __init__(self, output: str, stage_dirs: list[str]):
-        self.fs, root = fsspec.core.url_to_fs(output)
+        # no cached listings: the Ray workers write the run, so a listing the driver cached (s3fs, gcsfs) goes stale;
+        # a resumed run would then not see a part a worker just wrote and would compute it again, round after round
+        self.fs, root = fsspec.core.url_to_fs(output, use_listings_cache=False)
         self.root = root.rstrip("/")
         protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
         self.prefix = "" if protocol in ("file", "local") else f"{protocol}://"
