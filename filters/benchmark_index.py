@@ -9,8 +9,10 @@ GPT-3's and datatrove's choice); an item shorter than n words is indexed whole i
 
 A multiple-choice item (HellaSwag, MMLU, ARC) is indexed as one candidate per choice, its context followed by that
 ending, because a page that leaks it holds the context and the correct ending, not every ending in a row: a
-context under n words is then still found through the candidate with its ending. HumanEval and GSM8K ship in the
-package (filters/assets/benchmarks/, MIT), so the default recipe decontaminates against them with no file given.
+context under n words is then still found through the candidate with its ending. The same layouts name the right
+answer, so `load_choice_items` also serves `curate ablate`, which scores such benchmarks by log-likelihood.
+HumanEval and GSM8K ship in the package (filters/assets/benchmarks/, MIT), so the default recipe decontaminates
+against them with no file given.
 """
 
 import csv
