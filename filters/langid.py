@@ -115,7 +115,8 @@ class LanguageFilter(Stage):
     def setup(self) -> None:
         path = Path(self.params.model_path) if self.params.model_path else default_lid_model()
         self.model = load_fasttext(path)
-        self.langid_py = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+        # 74 MiB per worker: not loaded where it is never consulted
+        self.langid_py = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True) if self.params.consult_below else None
 
     def predict(self, texts: list[str]) -> list[tuple[str, float, bool]]:
         """(language, score, voted) of each text, from one fastText call for them all (the same numbers as a call per

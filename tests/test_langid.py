@@ -91,6 +91,14 @@ def test_filter_keeps_configured_languages_above_threshold():
     assert result.removed["drop_reason"].to_pylist()[-1] == "empty_text"
 
 
+def test_lid_alone_when_never_consulting_others():
+    stage = LanguageFilter(LanguageFilter.Params(languages=None, consult_below=0.0))
+    stage.setup()
+    assert stage.langid_py is None
+    labels, scores = stage.model.predict("ok", k=1)
+    assert stage.predict(["ok"]) == [(canonical(labels[0].removeprefix("__label__")), float(scores[0]), False)]
+
+
 def test_missing_model_file_names_the_path(tmp_path):
     stage = LanguageFilter(LanguageFilter.Params(model_path=str(tmp_path / "nope.bin")))
     with pytest.raises(FileNotFoundError, match="nope.bin"):
