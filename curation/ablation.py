@@ -203,10 +203,10 @@ class Ablation:
             write_text_atomic(LOCAL, str(path), tokenizer.to_str())
         stats = {}
         for name in self.recipes:
-            done = self.curated(name) / TOKENS_DIR / "stats.json"
-            stats[name] = json.loads(done.read_text()) if done.is_file() else write_tokens(
-                str(self.curated(name)), curated_parts(str(self.curated(name))), tokenizer, self.spec.validation_fraction)
-        if not (documents.parent / TOKENS_DIR / "stats.json").is_file():
+            folder = self.curated(name)
+            stats[name] = read_token_stats(folder) if tokens_done(folder) else write_tokens(
+                str(folder), curated_parts(str(folder)), tokenizer, self.spec.validation_fraction)
+        if not tokens_done(documents.parent):
             write_tokens(str(documents.parent), [str(documents)], tokenizer, 0.0)
         return stats
 
@@ -351,6 +351,11 @@ def run_ablation(ablation: Ablation, run_recipe) -> dict:
     write_json_atomic(LOCAL, str(ablation.out / "results.json"), results)
     write_text_atomic(LOCAL, str(ablation.out / "report.html"), render(results, ablation.out))
     return results
+
+
+def tokens_done(folder: Path) -> bool:
+    """`write_tokens` writes stats.json last: it marks a folder whose tokens are all written."""
+    return (folder / TOKENS_DIR / "stats.json").is_file()
 
 
 def read_token_stats(folder: Path) -> dict:
