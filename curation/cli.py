@@ -271,6 +271,7 @@ def _console() -> Console:
 def cmd_run(args) -> int:
     from curation import runner, stats
     from curation.recipe import RecipeError, load_recipe
+    from curation.run_folder import RunFolder
 
     console = _console()
     try:
@@ -288,6 +289,9 @@ def cmd_run(args) -> int:
         from curation.ray_session import check_address
 
         check_address(args.ray_address)
+    unwritable = RunFolder.unwritable(output)  # before Ray starts: a minute of start-up to learn this is a waste
+    if unwritable:
+        raise SystemExit(f"curate: --output {output!r} is not writable: {unwritable}")
     console.print(f"recipe [bold]{recipe.name}[/] on {len(inputs)} file(s) of snapshot {snapshot} -> {output}")
     columns = [TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[unit]:<6}  {task.fields[docs]:>8,} docs  {task.fields[rate]:>7.0f} docs/s"), TimeElapsedColumn()]  # fmt: skip
@@ -297,6 +301,8 @@ def cmd_run(args) -> int:
             recipe, inputs, output, snapshot, keep_removed=args.keep_removed, materialize_all=args.materialize_all,
             ray_address=args.ray_address, num_cpus=args.num_cpus, progress=on_shard, on_step=on_shard.pass_step,
         )  # fmt: skip
+    if result.removed_stages:
+        console.print(f"removed stage folders the current recipe does not have: {', '.join(result.removed_stages)}")
     if result.skipped_shards:
         console.print(f"resumed: {result.skipped_shards} stage-shard(s) were already done and skipped")
     stats.print_funnel(stats.load(output), console)
@@ -563,9 +569,18 @@ def cmd_report(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from curation.io import disk_full
+
     args = _parser().parse_args(argv)
     commands = {"run": cmd_run, "ablate": cmd_ablate, "stats": cmd_stats, "tokenize": cmd_tokenize, "quality": cmd_quality, "decontam": cmd_decontam}
-    return {**commands, "report": cmd_report, "sample": cmd_sample}[args.command](args)
+    try:
+        return {**commands, "report": cmd_report, "sample": cmd_sample}[args.command](args)
+    except OSError as error:
+        message = disk_full(error, getattr(args, "output", None) or getattr(args, "out", None) or os.getcwd())
+        if message is None:
+            raise
+        print(f"curate: {message}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
 """Atomic Parquet/JSON writes on any fsspec filesystem: a killed run never leaves a half file under a final name."""
 
+import errno
 import json
+import os
+import shutil
 import uuid
 
 import pyarrow as pa
@@ -20,11 +23,22 @@ def _rename(fs, tmp: str, path: str) -> None:
         fs.rm_file(tmp)
 
 
-def write_parquet_atomic(fs, path: str, table: pa.Table) -> None:
+def _write_then_rename(fs, path: str, mode: str, write) -> None:
+    """write(handle) into a temporary beside `path`, then rename it into place; a failed write (a full disk) removes
+    its temporary, so it neither holds the space nor lies around."""
     tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
-    with fs.open(tmp, "wb") as handle:
-        pq.write_table(table, handle, compression="zstd")
+    try:
+        with fs.open(tmp, mode) as handle:
+            write(handle)
+    except BaseException:
+        if fs.exists(tmp):
+            fs.rm(tmp)
+        raise
     _rename(fs, tmp, path)
+
+
+def write_parquet_atomic(fs, path: str, table: pa.Table) -> None:
+    _write_then_rename(fs, path, "wb", lambda handle: pq.write_table(table, handle, compression="zstd"))
 
 
 class ParquetPartWriter:
@@ -52,12 +66,20 @@ class ParquetPartWriter:
             self.handle.close()
             _rename(self.fs, self.tmp, self.path)
 
+    def abort(self) -> None:
+        """Drop the temporary of a part that will not be finished (a failed shard; a full disk keeps no space)."""
+        for closing in (self.writer, self.handle):
+            try:
+                if closing is not None:
+                    closing.close()
+            except OSError:
+                pass
+        if self.writer is not None and self.fs.exists(self.tmp):
+            self.fs.rm(self.tmp)
+
 
 def write_text_atomic(fs, path: str, text: str) -> None:
-    tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
-    with fs.open(tmp, "w") as handle:
-        handle.write(text)
-    _rename(fs, tmp, path)
+    _write_then_rename(fs, path, "w", lambda handle: handle.write(text))
 
 
 def write_json_atomic(fs, path: str, data: object) -> None:
@@ -81,3 +103,17 @@ def remove_temporaries(fs, folder: str, recursive: bool = True) -> None:
     for path in fs.find(folder) if recursive else fs.ls(folder, detail=False):
         if TMP_MARK in path.rsplit("/", 1)[-1]:
             fs.rm(path)
+
+
+def disk_full(error: BaseException, where: str) -> str | None:
+    """One line for a full disk anywhere in the error's causes, naming the path and its free space; None otherwise."""
+    while error is not None and not (isinstance(error, OSError) and error.errno == errno.ENOSPC):
+        error = error.__cause__ or error.__context__
+    if error is None:
+        return None
+    path = error.filename or where
+    existing = os.path.abspath(path) if "://" not in path else None
+    while existing and not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    free = f"{shutil.disk_usage(existing).free / 2**20:,.1f} MiB free" if existing else "free space unknown"
+    return f"disk full writing {path} ({free}): free some space and rerun the same command to resume"

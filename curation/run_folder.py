@@ -11,11 +11,15 @@ OUT/work/<NN_stage>/     while a dedup stage's corpus-wide pass runs
 ```
 """
 
+import os
+import re
+
 import fsspec
 
 from curation.io import read_json, remove_temporaries, write_json_atomic
 
 MANIFEST = "manifest.json"
+STAGE_DIR = re.compile(r"^\d{2}_[a-z0-9_]+$")  # 00_read, 07_dedup_exact, ...
 
 
 def part_name(shard: int) -> str:
@@ -31,6 +35,22 @@ class RunFolder:
         protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
         self.prefix = "" if protocol in ("file", "local") else f"{protocol}://"
         self.stage_dirs = stage_dirs
+
+    @staticmethod
+    def unwritable(output: str) -> str | None:
+        """Why a run cannot write into `output`, or None: a probe file written and deleted, with the folders made for it."""
+        try:
+            fs, root = fsspec.core.url_to_fs(output, use_listings_cache=False)
+            made, parent = None, root.rstrip("/")
+            while parent and not fs.exists(parent):
+                made, parent = parent, parent.rsplit("/", 1)[0]
+            fs.makedirs(root, exist_ok=True)
+            probe = f"{root.rstrip('/')}/.write-check-{os.getpid()}"
+            fs.pipe_file(probe, b"")
+            fs.rm(made or probe, recursive=made is not None)
+        except OSError as error:
+            return error.strerror or str(error)
+        return None
 
     def url(self, relative: str) -> str:
         """A path under the run with its protocol, as Ray workers open it."""
@@ -56,6 +76,22 @@ class RunFolder:
         """Everything a stage wrote, relative to the root's filesystem path."""
         return [self.path(f"{where}{stage_dir}") for where in ("", "removed/", "work/", "reports/")]
 
+    def stage_folders_on_disk(self) -> set[str]:
+        """The stage folder names found under the run, wherever a stage writes (its parts, removed, work, reports)."""
+        found = set()
+        for parent in (self.root, self.path("removed"), self.path("work"), self.path("reports")):
+            if self.fs.isdir(parent):
+                found |= {name.rstrip("/").rsplit("/", 1)[-1] for name in self.fs.ls(parent, detail=False)}
+        return {name for name in found if STAGE_DIR.match(name)}
+
+
+def final_stage_dir(manifest: dict, origin: str) -> str:
+    """The folder of the current recipe's last stage, from a manifest: never a stage an earlier recipe left."""
+    stages = manifest.get("recipe", {}).get("stages")
+    if not stages:
+        raise ValueError(f"{origin}: its manifest.json names no recipe stages: is it the output folder of `curate run`?")
+    return f"{len(stages):02d}_{stages[-1]['stage']}"
+
 
 class Manifest:
     """What is done: per stage its chained config hash and finished shards with their stats. The driver is its only
@@ -65,6 +101,7 @@ class Manifest:
         self.folder, self.fs = folder, folder.fs
         self.path = folder.path(MANIFEST)
         self.data = read_json(self.fs, self.path) if self.fs.exists(self.path) else {"stages": {}}
+        self.forgotten: list[str] = []  # stage folders an earlier recipe left, deleted by `start`
 
     @classmethod
     def start(cls, folder: RunFolder, stage_hashes: list[str], **about) -> "Manifest":
@@ -73,19 +110,32 @@ class Manifest:
         folder.fs.makedirs(folder.root, exist_ok=True)
         remove_temporaries(folder.fs, folder.root, recursive=False)  # e.g. a manifest.json save the kill cut short
         manifest = cls(folder)
+        manifest.forgotten = manifest.forget_other_stages()
         for stage_dir, stage_hash in zip(folder.stage_dirs, stage_hashes):
             manifest.prepare(stage_dir, stage_hash)
         manifest.data.update(about)
         manifest.save()
         return manifest
 
+    def forget_other_stages(self) -> list[str]:
+        """Delete and forget the stages an earlier recipe ran into this folder that the current one does not have,
+        so every reader (tokenize, stats, report, ablate) sees exactly the current recipe's stages."""
+        stale = (set(self.data["stages"]) | self.folder.stage_folders_on_disk()) - set(self.folder.stage_dirs)
+        for stage_dir in sorted(stale):
+            self.delete(stage_dir)
+            self.data["stages"].pop(stage_dir, None)
+        return sorted(stale)
+
+    def delete(self, stage_dir: str) -> None:
+        for folder in self.folder.folders(stage_dir):
+            if self.fs.exists(folder):
+                self.fs.rm(folder, recursive=True)
+
     def prepare(self, stage_dir: str, stage_hash: str) -> None:
         """Forget a stage whose config changed (its hash chains in every earlier stage) and delete what it wrote."""
         entry = self.data["stages"].get(stage_dir)
         if entry is None or entry["config_hash"] != stage_hash:
-            for folder in self.folder.folders(stage_dir):
-                if self.fs.exists(folder):
-                    self.fs.rm(folder, recursive=True)
+            self.delete(stage_dir)
             self.data["stages"][stage_dir] = {"config_hash": stage_hash, "shards": {}}
         for folder in self.folder.folders(stage_dir):
             remove_temporaries(self.fs, folder)

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from curation import dedup, ray_session
 from curation import stats as run_stats
-from curation.io import read_parquet, write_parquet_atomic
+from curation.io import disk_full, read_parquet, write_parquet_atomic
 from curation.recipe import Recipe
 from curation.run_folder import Manifest, RunFolder
 from curation.segment import SegmentTask, run_segment
@@ -38,6 +38,7 @@ class RunResult:
     output: str
     failures: list[ShardFailure] = field(default_factory=list)
     skipped_shards: int = 0
+    removed_stages: list[str] = field(default_factory=list)  # stage folders an earlier recipe left in the output
 
 
 def run(
@@ -110,7 +111,7 @@ class _Scheduler:
         ends = {b - 1 for b in self.barriers} | {count - 1}
         self.writes = frozenset(range(count)) if materialize_all else frozenset(ends)
         self.segment_end = {k: min(end for end in ends if end >= k) for k in range(count)}
-        self.result = RunResult(output=output)
+        self.result = RunResult(output=output, removed_stages=self.manifest.forgotten)
         self.passes: dict[int, dedup.PassContext] = {}
         self.pending: dict = {}  # Ray reference -> SegmentTask
         self.waiting: dict[int, list[int]] = {}  # barrier stage -> shards that reached it
@@ -231,7 +232,9 @@ class _Scheduler:
                 try:
                     done[str(task)] = ray.get(ready[0])
                 except Exception as error:
-                    raise dedup.PassFailed(f"step {name}, task {task} failed: {_last_line(_ray_error(error))}") from None
+                    cause = _ray_error(error)
+                    why = disk_full(cause, self.folder.root) or _last_line(cause)
+                    raise dedup.PassFailed(f"step {name}, task {task} failed: {why}") from None
                 self.manifest.save()
                 if self.on_step:
                     self.on_step(stage_dir, name, len(done), total)
@@ -250,6 +253,13 @@ class _Scheduler:
                     fs.rm(work, recursive=True)
                 entry["pass_stats"] = run_stats.summarize_pass(entry.pop("passes"))
                 self.manifest.save()
+        if fs.isdir(folder.path("work")) and not fs.ls(folder.path("work")):
+            fs.rm(folder.path("work"), recursive=True)
+        current = {STAGES[spec.stage].report_name for spec in self.recipe.stages}
+        for stage_class in STAGES.values():  # the report of a stage an earlier recipe had
+            stale = folder.path(f"{stage_class.report_name}.parquet")
+            if stage_class.report_name and stage_class.report_name not in current and fs.exists(stale):
+                fs.rm(stale)
         for index, spec in enumerate(self.recipe.stages):  # a stage's report parts as one file, e.g. OUT/decontamination.parquet
             stage_class = STAGES[spec.stage]
             reports = folder.path(f"reports/{self.stage_dirs[index + 1]}")

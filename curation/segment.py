@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from curation import dedup
-from curation.io import ParquetPartWriter, read_parquet, write_parquet_atomic
+from curation.io import ParquetPartWriter, disk_full, read_parquet, write_parquet_atomic
 from curation.recipe import Recipe
 from curation.run_folder import RunFolder
 from curation.schema import text_bytes
@@ -67,8 +67,20 @@ class _StageRun:
 
 
 def run_segment(task: SegmentTask) -> list[dict]:
-    """The segment's stages on one shard; returns each stage's stats. Raises StageFailed naming the stage and file."""
+    """The segment's stages on one shard; returns each stage's stats. Raises StageFailed naming the stage and file,
+    leaving no temporary part behind."""
     runs = {index: _open_run(task, index) for index in range(task.first, task.last + 1)}
+    try:
+        return _run_segment(task, runs)
+    except BaseException:
+        for run in runs.values():
+            for writer in (run.part, run.removed):
+                if writer:
+                    writer.abort()
+        raise
+
+
+def _run_segment(task: SegmentTask, runs: dict[int, "_StageRun"]) -> list[dict]:
     read = ReadResult(table=pa.table({}))
     batches = _read_batches(task, runs[0], read) if task.first == 0 else _whole_part(task, runs[task.first])
     first_stage = max(task.first, 1)
@@ -85,6 +97,10 @@ def run_segment(task: SegmentTask) -> list[dict]:
     if task.first == 0:
         runs[0].stats.update(dropped=dict(read.dropped), bytes_in=read.bytes_in, input_sha256=read.sha256)
         runs[0].stats["docs_in"] = runs[0].stats["docs_out"] + sum(read.dropped.values())
+        records = runs[0].stats["docs_in"] if read.records is None else read.records
+        if not records:  # an empty file, or not one of this source's kind: a failed shard, never a silent success
+            kind = task.recipe.source.kind
+            raise _failed(task, 0, ValueError(f"no {kind} record in it: is it empty, or not a {kind} input?"))
     return [_close(task, run) for run in runs.values()]
 
 
@@ -102,7 +118,8 @@ def _open_run(task: SegmentTask, index: int) -> _StageRun:
 
 def _failed(task: SegmentTask, index: int, error: Exception) -> StageFailed:
     stage_dir = task.folder.stage_dirs[index]
-    return StageFailed(stage_dir, f"shard {task.shard} of {stage_dir} failed on {task.input}: {error!r}")
+    cause = disk_full(error, task.folder.root) or repr(error)
+    return StageFailed(stage_dir, f"shard {task.shard} of {stage_dir} failed on {task.input}: {cause}")
 
 
 def _read_batches(task: SegmentTask, run: _StageRun, result: ReadResult) -> Iterator[pa.Table]:

@@ -14,6 +14,7 @@ import fsspec
 import pyarrow as pa
 
 from curation.io import read_json, read_parquet, write_json_atomic, write_parquet_atomic, write_text_atomic
+from curation.run_folder import final_stage_dir
 from training.shard_contract import EOS_TOKEN as EOS
 from training.shard_contract import SPLIT_COLUMN, TOKEN_SCHEMA, TOKENIZER_FILE, TRAIN, VALIDATION, held_out
 
@@ -23,15 +24,17 @@ VALIDATION_FRACTION = 0.01
 
 
 def curated_parts(run_dir: str) -> list[str]:
-    """The parts of the last stage of a `curate run` folder."""
+    """The parts of the last stage of the recipe a `curate run` folder was last run with."""
     fs, root = fsspec.core.url_to_fs(run_dir)
     manifest = f"{root.rstrip('/')}/manifest.json"
     if not fs.exists(manifest):
         raise FileNotFoundError(f"{run_dir} has no manifest.json: is it the output folder of `curate run`?")
-    last = sorted(read_json(fs, manifest)["stages"])[-1]
+    done = read_json(fs, manifest)
+    last = final_stage_dir(done, run_dir)
+    finished, shards = len(done["stages"].get(last, {}).get("shards", {})), len(done.get("inputs", []))
     parts = sorted(fs.glob(f"{root.rstrip('/')}/{last}/part-*.parquet"))
-    if not parts:
-        raise FileNotFoundError(f"{run_dir}/{last} has no parts: did the run finish?")
+    if not parts or finished < shards:
+        raise FileNotFoundError(f"{run_dir}/{last}: {finished} of {shards} shards finished: rerun `curate run` to finish it")
     return parts
 
 

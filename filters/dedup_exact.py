@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from filters.duplicates import CandidateKeys, DuplicateFilter, DuplicateParams
+from filters.duplicates import CandidateKeys, DuplicateFilter, DuplicateParams, own_columns
 from filters.normalization import Normalization, normalize_batch
 
 
@@ -23,6 +23,7 @@ class ExactDedup(DuplicateFilter):
     name = "dedup_exact"
     Params = ExactDedupParams
     reason = "exact_duplicate"
+    adds = own_columns("exact")
 
     def candidate_keys(self, table: pa.Table) -> CandidateKeys:
         texts = normalize_batch(table["text"].to_pylist(), self.params.normalization)

@@ -5,7 +5,9 @@ Whether two documents are duplicates depends on the whole corpus, so such a stag
 exact dedup, one hash per LSH band for MinHash) and, if pairs are to be verified, its shingle set; the runner's
 corpus-wide pass (curation/dedup.py) shuffles the keys, verifies pairs and finds connected components. Then, per
 shard, the pass attaches `dup_cluster`, `dup_cluster_size` and `dup_keep` and this stage drops every member but
-the kept one. Both halves are plain functions of a table, tested without Ray.
+the kept one, keeping the cluster under its own names (`exact_cluster` / `near_cluster` and their `_size`), so an
+exact stage's clusters survive a near-duplicate stage after it. Both halves are plain functions of a table, tested
+without Ray.
 """
 
 from collections import Counter
@@ -21,6 +23,7 @@ from filters.base import Annotation, Stage, StageParams
 
 PRIORITY_BITS = 19  # which member a cluster keeps is encoded in the high bits of node ids (curation/dedup.py)
 MAX_PRIORITY = (1 << PRIORITY_BITS) - 1
+PASS_COLUMNS = ("dup_cluster", "dup_cluster_size", "dup_keep")  # the pass's answer, read and removed by the filter
 SAMPLE_ONE_IN = 16  # clusters whose id hashes to 0 modulo this are sampled into stats, the same ones on every shard
 
 
@@ -43,6 +46,11 @@ class CandidateKeys:
     stats: dict = field(default_factory=dict)
 
 
+def own_columns(prefix: str) -> dict[str, pa.DataType]:
+    """A duplicate stage's cluster and cluster-size columns: each stage names its own, never another's."""
+    return {f"{prefix}_cluster": pa.int64(), f"{prefix}_cluster_size": pa.int32()}
+
+
 def size_bucket(size: int) -> str:
     """Cluster sizes in powers of two: 2, 3, 4-7, 8-15, ..."""
     if size <= 3:
@@ -54,9 +62,9 @@ def size_bucket(size: int) -> str:
 class DuplicateFilter(Stage):
     Params: ClassVar[type[StageParams]] = DuplicateParams
     reason: ClassVar[str]
-    requires = ("id", "text", "dup_cluster", "dup_cluster_size", "dup_keep")
-    adds = {"dup_cluster": pa.int64(), "dup_cluster_size": pa.int32()}
-    removes = ("dup_keep",)
+    requires = ("id", "text", *PASS_COLUMNS)
+    adds: ClassVar[dict[str, pa.DataType]]  # own_columns(...) of the subclass
+    removes = PASS_COLUMNS
     per_document = False  # its clusters are attached to a whole shard's rows
 
     def candidate_keys(self, table: pa.Table) -> CandidateKeys:
@@ -101,4 +109,5 @@ class DuplicateFilter(Stage):
             "cluster_sizes": dict(histogram),
             "cluster_samples": [{"cluster": cluster, "members": members} for cluster, members in sampled.items()],
         }
-        return Annotation(reasons, {"dup_cluster": clusters, "dup_cluster_size": sizes}, stats)
+        cluster_column, size_column = self.adds
+        return Annotation(reasons, {cluster_column: clusters, size_column: sizes}, stats)

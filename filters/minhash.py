@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, model_validator
 
-from filters.duplicates import CandidateKeys, DuplicateFilter, DuplicateParams
+from filters.duplicates import CandidateKeys, DuplicateFilter, DuplicateParams, own_columns
 from filters.minhash_kernel import permutations, sha1_hash32_many, shingle_bounds, signatures
 from filters.normalization import Normalization, normalized_bytes
 
@@ -86,6 +86,7 @@ class MinhashDedup(DuplicateFilter):
     name = "minhash"
     Params = MinhashParams
     reason = "near_duplicate"
+    adds = own_columns("near")
 
     def setup(self) -> None:
         params = self.params

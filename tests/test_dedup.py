@@ -121,7 +121,9 @@ def test_filter_keeps_one_per_cluster_and_reports_clusters():
         "dup_keep": [True, False, True, False, False, True],
     })  # fmt: skip
     result = MinhashDedup().process(table)
-    assert result.kept["id"].to_pylist() == ["a", "c", "f"] and "dup_keep" not in result.kept.column_names
+    assert result.kept["id"].to_pylist() == ["a", "c", "f"]
+    assert result.kept.column_names == ["id", "text", "url", "near_cluster", "near_cluster_size"]
+    assert result.kept["near_cluster"].to_pylist() == [32, None, 5] and result.kept["near_cluster_size"].to_pylist() == [3, 1, 2]
     assert result.dropped == {"near_duplicate": 3}
     assert result.stats["cluster_sizes"] == {"3": 1, "2": 1}
     [sample] = result.stats["cluster_samples"]  # cluster 32 hashes into the sample, 5 does not

@@ -52,10 +52,10 @@ def corpus(pairs, tmp_path_factory) -> Path:
 
 
 def clusters(output: Path, stage_dir: str) -> dict[str, int | None]:
-    """Document id -> dup_cluster over kept and removed rows (needs --keep-removed)."""
+    """Document id -> near_cluster over kept and removed rows (needs --keep-removed)."""
     files = sorted((output / stage_dir).glob("*.parquet")) + sorted((output / "removed" / stage_dir).glob("*.parquet"))
-    frame = pd.concat([pq.read_table(f, columns=["id", "dup_cluster"]).to_pandas() for f in files])
-    return dict(zip(frame["id"], frame["dup_cluster"]))
+    frame = pd.concat([pq.read_table(f, columns=["id", "near_cluster"]).to_pandas() for f in files])
+    return dict(zip(frame["id"], frame["near_cluster"]))
 
 
 def same_cluster(found: dict, a: str, b: str) -> bool:
@@ -113,11 +113,11 @@ def test_sample_snapshot_ground_truth(sample_snapshot, tmp_path):
     finally:
         ray.shutdown()
     files = sorted((tmp_path / "run").glob("02_minhash/*.parquet")) + sorted((tmp_path / "run").glob("removed/02_minhash/*.parquet"))
-    docs = pd.concat([pq.read_table(f, columns=["url", "text", "dup_cluster"]).to_pandas() for f in files]).set_index("url")
+    docs = pd.concat([pq.read_table(f, columns=["url", "text", "near_cluster"]).to_pandas() for f in files]).set_index("url")
     related = truth[truth.kind.isin(["exact_dup", "near_dup"]) & truth.url.isin(docs.index) & truth.dup_of.isin(docs.index)]
     words = {url: normalize_batch([text], "fineweb")[0].split(" ") for url, text in docs.text.items()}
     similarity = [jaccard(words[row.url], words[row.dup_of]) for row in related.itertuples()]
-    found = docs.dup_cluster.to_dict()
+    found = docs.near_cluster.to_dict()
     joined = [same_cluster(found, row.url, row.dup_of) for row in related.itertuples()]
     recall, false_positives = score("sample snapshot", similarity, joined)
     # 14 x 8 bands find a pair of Jaccard J with probability 1 - (1 - J^8)^14 (0.92 at J = 0.8, 0.99 at 0.86), so on a
@@ -132,7 +132,7 @@ def test_sample_snapshot_ground_truth(sample_snapshot, tmp_path):
     assert tail >= 0.001 and false_positives == 0
     # every clustered page is a planted duplicate or the original of one
     planted = set(related.url) | set(related.dup_of)
-    assert set(docs[docs.dup_cluster.notna()].index) <= planted
+    assert set(docs[docs.near_cluster.notna()].index) <= planted
 
 
 def curate(*args: str) -> subprocess.CompletedProcess:

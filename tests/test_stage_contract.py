@@ -49,3 +49,20 @@ def test_filters_import_nothing_from_curation_training_or_ray():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             upward += [f"{path.name}: {name}" for name in names if name.split(".")[0] in ("curation", "training", "ray")]
     assert not upward
+
+
+def test_no_two_stages_write_the_same_column_but_text():
+    """A later stage never overwrites an earlier one's annotation (the near-duplicate stage once overwrote the exact
+    stage's clusters); only `text` is rewritten on purpose (extraction, C4 lines, PII, decontamination cuts)."""
+    from collections import defaultdict
+
+    from filters import STAGES
+
+    writers = defaultdict(list)
+    for name, stage_class in STAGES.items():
+        for column in stage_class.adds:
+            writers[column].append(name)
+    shared = {column: names for column, names in writers.items() if len(names) > 1 and column != "text"}
+    assert not shared
+    assert {"exact_cluster", "exact_cluster_size"} <= set(STAGES["dedup_exact"].adds)
+    assert {"near_cluster", "near_cluster_size"} <= set(STAGES["minhash"].adds)

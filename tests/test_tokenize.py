@@ -12,7 +12,8 @@ from curation.tokenize import EOS, TOKENIZER_FILE
 
 def curated_run(folder, source: str, texts: list[str]):
     (folder / "01_last").mkdir(parents=True)
-    (folder / "manifest.json").write_text(json.dumps({"stages": {"00_read": {}, "01_last": {}}}))
+    manifest = {"recipe": {"stages": [{"stage": "last"}]}, "inputs": ["in.warc.gz"], "stages": {"00_read": {}, "01_last": {"shards": {"0": {}}}}}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
     ids = [f"{source}-{i}" for i in range(len(texts))]
     pq.write_table(pa.table({"id": ids, "source": [source] * len(texts), "text": texts}), folder / "01_last" / "part-00000.parquet")
     return str(folder)

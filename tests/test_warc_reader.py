@@ -171,3 +171,20 @@ def test_tampered_records_fail_their_digests_and_offsets_point_at_each_record(sa
     for row in clean.table.select(["warc_record_id", "warc_offset"]).to_pylist():
         record, _ = next(iter_records(zlib.decompressobj(zlib.MAX_WBITS | 16).decompress(raw[row["warc_offset"] :])))
         assert record.headers["warc-record-id"] == row["warc_record_id"]
+
+
+def test_warc_file_names_one_input_among_inputs_of_the_same_name(sample_snapshot, tmp_path):
+    """Two crawls' `part-0000.warc.gz` in different folders: a document's warc_file + warc_offset name one record."""
+    paths = []
+    for crawl, sample_file in (("crawl-a", "sample-0000.warc.gz"), ("crawl-b", "sample-0001.warc.gz")):
+        (tmp_path / crawl).mkdir()
+        paths.append(tmp_path / crawl / "part-0000.warc.gz")
+        paths[-1].write_bytes((sample_snapshot / sample_file).read_bytes())
+    tables = [WarcReader("sample").read(str(path)).table for path in paths]
+    assert [set(table["warc_file"].to_pylist()) for table in tables] == [{str(paths[0])}, {str(paths[1])}]
+    for table in tables:
+        for row in table.select(["warc_file", "warc_record_id", "warc_offset"]).to_pylist()[:20]:
+            with open(row["warc_file"], "rb") as handle:
+                handle.seek(row["warc_offset"])
+                record, _ = next(iter_records(zlib.decompressobj(zlib.MAX_WBITS | 16).decompress(handle.read())))
+            assert record.headers["warc-record-id"] == row["warc_record_id"]

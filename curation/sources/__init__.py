@@ -14,3 +14,4 @@ class ReadResult:
     dropped: Counter = field(default_factory=Counter)
     sha256: str = ""
     bytes_in: int | None = None  # when the input is not one file (a code repository)
+    records: int | None = None  # WARC records parsed, kept or dropped; None: every document and drop is one

@@ -31,7 +31,7 @@ class ParquetReader:
         if "id" not in table.column_names:
             ids = [hashlib.sha1(f"{name}#{row}".encode()).hexdigest()[:20] for row in range(table.num_rows)]
             table = table.append_column("id", pa.array(ids, pa.string()))
-        defaults = {"source": self.source, "snapshot": self.snapshot, "warc_file": name}
+        defaults = {"source": self.source, "snapshot": self.snapshot, "warc_file": path}
         for field in DOCUMENT_FIELDS:
             if field.name not in table.column_names:
                 table = table.append_column(field.name, pa.array([defaults.get(field.name)] * table.num_rows, field.type))

@@ -341,8 +341,8 @@ class WarcReader:
         """The file as tables of `batch_documents` rows (the last one shorter; one table when None), so a worker
         holds one batch of a Common Crawl file's pages, not all of them. `result` counts the drops as they come
         and gets the file's sha256 at the end."""
-        rows, batches = [], 0
-        warc_file = path.rsplit("/", 1)[-1]
+        rows, batches, result.records = [], 0, 0
+        warc_file = path  # as given (path or URL): two inputs of one name in different folders stay apart
         with fsspec.open(path, "rb") as raw:
             stream = _HashingReader(raw)
             # by name too: a hit on the first member's magic must cost that member, not turn the file into garbage
@@ -355,6 +355,7 @@ class WarcReader:
                     if bad:
                         row, reason = None, bad
                     else:
+                        result.records += 1
                         row, reason = self._document(record, warc_file, member_offset if compressed else record.offset)
                     if reason:
                         result.dropped[reason] += 1
