@@ -302,7 +302,7 @@ def cmd_run(args) -> int:
             ray_address=args.ray_address, num_cpus=args.num_cpus, progress=on_shard, on_step=on_shard.pass_step,
         )  # fmt: skip
     if result.removed_stages:
-        console.print(f"removed stage folders the current recipe does not have: {', '.join(result.removed_stages)}")
+        console.print(f"removed stage folders the current recipe does not have: {', '.join(result.removed_stages)}", soft_wrap=True)
     if result.skipped_shards:
         console.print(f"resumed: {result.skipped_shards} stage-shard(s) were already done and skipped")
     stats.print_funnel(stats.load(output), console)
@@ -313,7 +313,7 @@ def cmd_run(args) -> int:
 
         console.print(f"decontamination report: {report} ({pq.read_metadata(report).num_rows:,} hits)")
     for failure in result.failures:
-        console.print(f"[red]failed[/] {failure.stage} shard {failure.shard} ({failure.input}): {failure.error}")
+        console.print(f"[red]failed[/] {failure.stage} shard {failure.shard} ({failure.input}): {failure.error}", soft_wrap=True)
     if result.failures:
         console.print(f"[red]{len(result.failures)} shard(s) failed; rerun the same command to retry them[/]")
         return 1

@@ -177,7 +177,8 @@ class _Scheduler:
             except Exception as error:
                 cause = _ray_error(error)
                 stage_dir = getattr(cause, "stage_dir", self.stage_dirs[task.first])
-                self.result.failures.append(ShardFailure(stage_dir, task.shard, task.input, _last_line(cause)))
+                why = getattr(cause, "reason", None) or _last_line(cause)  # the stage, shard and input are fields already
+                self.result.failures.append(ShardFailure(stage_dir, task.shard, task.input, why))
                 continue
             for stage, shard_stats in zip(range(task.first, task.last + 1), stage_stats):
                 self.manifest.record(self.stage_dirs[stage], shard_stats)

@@ -46,9 +46,9 @@ class SegmentTask:
 class StageFailed(RuntimeError):
     """A stage of a fused task failed; carries the stage so the failure is reported where it happened."""
 
-    def __init__(self, stage_dir: str, message: str):
-        super().__init__(stage_dir, message)
-        self.stage_dir = stage_dir
+    def __init__(self, stage_dir: str, message: str, reason: str = ""):
+        super().__init__(stage_dir, message, reason)
+        self.stage_dir, self.reason = stage_dir, reason or message
 
     def __str__(self) -> str:
         return self.args[1]
@@ -119,7 +119,7 @@ def _open_run(task: SegmentTask, index: int) -> _StageRun:
 def _failed(task: SegmentTask, index: int, error: Exception) -> StageFailed:
     stage_dir = task.folder.stage_dirs[index]
     cause = disk_full(error, task.folder.root) or repr(error)
-    return StageFailed(stage_dir, f"shard {task.shard} of {stage_dir} failed on {task.input}: {cause}")
+    return StageFailed(stage_dir, f"shard {task.shard} of {stage_dir} failed on {task.input}: {cause}", cause)
 
 
 def _read_batches(task: SegmentTask, run: _StageRun, result: ReadResult) -> Iterator[pa.Table]:

@@ -136,5 +136,5 @@ def test_an_empty_or_renamed_input_fails_the_command_by_name(tmp_path):
     done = curate("run", str(recipe), "--input", str(tmp_path / "in" / "*.warc.gz"), "--output", str(tmp_path / "run"), "--num-cpus", "2")
     assert done.returncode == 1, done.stdout
     for name in ("empty.warc.gz", "notes.warc.gz"):
-        assert f"{name}: ValueError('no warc record in it" in done.stdout.replace("\n", "")
+        assert f"{name}): ValueError('no warc record in it" in done.stdout
     assert "2 shard(s) failed" in done.stdout and str(good) not in done.stdout.split("failed")[-1]
