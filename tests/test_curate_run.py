@@ -164,6 +164,6 @@ def test_a_failing_file_is_named_and_the_rest_finishes_up_to_dedup(snapshot_file
     finally:
         ray.shutdown()
     assert [(f.stage, f.shard) for f in result.failures] == [("00_read", 1), ("07_dedup_exact", 0)]
-    assert result.failures[0].input == missing and "gone.warc.gz" in result.failures[0].error
+    assert result.failures[0].input == missing and "No such file" in result.failures[0].error
     assert "shard 1 failed at 00_read" in result.failures[1].error
     assert (tmp_path / "run" / "06_quality" / "part-00000.parquet").exists()
