@@ -92,7 +92,9 @@ def _parser() -> argparse.ArgumentParser:
         help="tokenize runs' curated text into token shards for `train`, all with one tokenizer",
         description="Writes RUN/tokens/part-*.parquet (id, source, tokens, n_tokens), tokenizer.json and stats.json "
         "(documents and tokens per source) for every RUN. Without --tokenizer one byte-level BPE is trained on the "
-        "curated text of all of them, so the runs of one mixture (web, code, rest) can be tokenized in one command.",
+        "curated text of all of them, so the runs of one mixture (web, code, rest) can be tokenized in one command. "
+        "It reads the final stage of the recipe each RUN was last run with. Read the parts by their glob "
+        "(RUN/tokens/part-*.parquet): the JSON files lie beside them.",
     )
     tokenize.add_argument("output", nargs="+", help="folders written by `curate run`")
     tokenize.add_argument("--tokenizer", help="an HF tokenizers tokenizer.json to use (must have <|endoftext|>)")
