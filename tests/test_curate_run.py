@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -14,7 +13,7 @@ import pytest
 from curation import report, stats
 from curation.recipe import load_recipe
 from curation.sources import sample
-from tests.conftest import SHARED_DATA, shared
+from tests.conftest import SHARED_DATA, finished_shards, shared, wait_for_progress
 
 pytestmark = pytest.mark.slow
 CURATE = [sys.executable, "-m", "curation"]
@@ -70,33 +69,26 @@ def test_resume_after_kill_gives_the_uninterrupted_output(snapshot_files, tmp_pa
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     manifest = resumed / "manifest.json"
-    deadline = time.time() + 300
-    finished = 0
-    while time.time() < deadline and process.poll() is None:
-        try:
-            shards = json.loads(manifest.read_text())["stages"]
-            finished = sum(len(stage["shards"]) for stage in shards.values())
-        except (FileNotFoundError, json.JSONDecodeError, KeyError):
-            finished = 0
-        if finished >= 5:
-            break
-        time.sleep(0.02)
+    progress = wait_for_progress(process, manifest.read_text, at_least=5)
+    assert process.poll() is None, f"the run ended (exit {process.returncode}) before the kill: nothing to resume"
     os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    assert 5 <= finished < 80, f"the kill came at {finished} of 80 stage-shards: not a partial run"
-    before = {name: path.stat().st_mtime_ns for name, path in parts(resumed).items()}
+    assert process.wait() == -signal.SIGKILL
+    finished, total = finished_shards(manifest.read_text), finished_shards((whole / "manifest.json").read_text)
+    assert 5 <= progress <= finished < total, f"the kill came at {finished} of {total} stage-shards: not a partial run"
+    before = {name: (path.stat().st_mtime_ns, path.stat().st_ino) for name, path in parts(resumed).items()}
     done_before = json.loads(manifest.read_text())["stages"]
 
     rerun = curate("run", "fineweb-snapshot", "--input", inputs, "--output", str(resumed), "--num-cpus", "2")
-    assert f"resumed: {sum(len(s['shards']) for s in done_before.values())} stage-shard(s)" in rerun.stdout
+    assert f"resumed: {finished} stage-shard(s)" in rerun.stdout
     assert list(parts(resumed)) == list(parts(whole)), "missing, extra or leftover temporary parts"
     for name, path in parts(whole).items():
         assert pq.read_table(parts(resumed)[name]).equals(pq.read_table(path)), name
-    for stage_dir, entry in done_before.items():  # a fused run writes only boundary stages' parts
-        for shard in entry["shards"]:
-            name = f"{stage_dir}/part-{int(shard):05d}.parquet"
-            if name in before:
-                assert parts(resumed)[name].stat().st_mtime_ns == before[name], f"{name} was redone"
+    finished_parts = [f"{stage_dir}/part-{int(shard):05d}.parquet" for stage_dir, entry in done_before.items() for shard in entry["shards"]]
+    kept = [name for name in finished_parts if name in before]  # a fused run writes only boundary stages' parts
+    assert kept, f"no finished part was on disk at the kill ({finished_parts}): nothing shows a part is not redone"
+    for name in kept:
+        path = parts(resumed)[name]
+        assert (path.stat().st_mtime_ns, path.stat().st_ino) == before[name], f"{name} was redone"
     assert json.loads(manifest.read_text())["stages"].keys() == done_before.keys()
 
 
