@@ -159,3 +159,31 @@ def test_a_failing_file_is_named_and_the_rest_finishes_up_to_dedup(snapshot_file
     assert result.failures[0].input == missing and "gone.warc.gz" in result.failures[0].error
     assert "shard 1 failed at 00_read" in result.failures[1].error
     assert (tmp_path / "run" / "06_quality" / "part-00000.parquet").exists()
+
+
+def test_the_cli_exits_1_naming_a_corrupt_file_among_good_ones_and_the_fixed_rerun_exits_0(tmp_path):
+    """`curate run` itself (a subprocess, as a user or a scheduler sees it): a Parquet input cut short beside two good
+    ones fails its shard, dedup does not run without it, the exit code is 1 and the file is named; once the file is
+    fixed, the same command finishes with 0 and keeps the good shards it had read."""
+    import pyarrow as pa
+
+    for k in range(3):
+        pq.write_table(pa.table({"id": [f"{k}-{i}" for i in range(20)], "url": [f"https://e.org/{k}/{i}" for i in range(20)],
+                                 "text": [f"document {i % 7} of the corpus" for i in range(20)]}), tmp_path / f"docs-{k}.parquet")  # fmt: skip
+    good = (tmp_path / "docs-1.parquet").read_bytes()
+    (tmp_path / "docs-1.parquet").write_bytes(good[: len(good) // 2] + good[-8:])  # the footer's length and magic, no footer
+    (tmp_path / "recipe.yaml").write_text("name: p\nsource: {kind: parquet}\nstages:\n  - stage: dedup_exact\n")
+    command = CURATE + ["run", str(tmp_path / "recipe.yaml"), "--input", str(tmp_path / "docs-*.parquet"),
+                        "--output", str(tmp_path / "run"), "--num-cpus", "1"]  # fmt: skip
+    failed = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    log = " ".join((failed.stdout + failed.stderr).split())  # rich wraps long lines
+    assert failed.returncode == 1, log
+    assert f"failed 00_read shard 1 ({tmp_path / 'docs-1.parquet'})" in log and "ArrowInvalid" in log
+    assert "failed 01_dedup_exact shard 0" in log and "3 shard(s) failed; rerun the same command to retry them" in log
+    assert not (tmp_path / "run" / "01_dedup_exact").exists()
+
+    (tmp_path / "docs-1.parquet").write_bytes(good)
+    fixed = curate(*command[len(CURATE) :])
+    assert "resumed: 2 stage-shard(s)" in fixed.stdout and "done:" in fixed.stdout
+    kept = pq.read_table(tmp_path / "run" / "01_dedup_exact")
+    assert kept.num_rows == 7 and sorted(set(kept["text"].to_pylist())) == [f"document {i} of the corpus" for i in range(7)]
