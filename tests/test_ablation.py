@@ -76,31 +76,65 @@ def test_multiple_choice_layouts_give_context_choices_and_answer(tmp_path):
         load_choice_items(BenchmarkSpec(name="bad", format="hellaswag", path=str(bad)))
 
 
-def test_choice_scores_are_the_log_likelihood_of_each_ending():
-    """Padded, batched scoring equals each choice scored alone with a full forward pass."""
+CONTEXT = "The committee met and"
+
+
+def tiny_model_and_tokenizer():
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     from training.model import ModelConfig, Transformer
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.train_from_iterator(["The committee met and " + e for e in ENDINGS] * 5,
+    tokenizer.train_from_iterator([f"{CONTEXT} {e}" for e in ENDINGS] * 5,
                                   trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))  # fmt: skip
     torch.manual_seed(0)
     model = Transformer(ModelConfig(dim=32, n_layers=2, n_heads=2, n_kv_heads=1, ffn_hidden=64, vocab_size=300, max_seq_len=64))
     model.init_weights()
+    return model, tokenizer
+
+
+def test_choice_scores_are_the_log_likelihood_of_each_ending():
+    """Padded, batched scoring equals each choice scored alone with a full forward pass."""
+    model, tokenizer = tiny_model_and_tokenizer()
     model.eval()
-    sums = choice_log_likelihoods(model, tokenizer, "The committee met and", ENDINGS)
+    sums = choice_log_likelihoods(model, tokenizer, CONTEXT, ENDINGS)
     for ending, got in zip(ENDINGS, sums):
-        context, continuation = tokenizer.encode("The committee met and").ids, tokenizer.encode(" " + ending).ids
+        context, continuation = tokenizer.encode(CONTEXT).ids, tokenizer.encode(" " + ending).ids
         ids = torch.tensor([context + continuation])
         with torch.no_grad():
             log_probs = torch.log_softmax(model(ids[:, :-1]), dim=-1)[0]
         expected = sum(float(log_probs[len(context) - 1 + k, token]) for k, token in enumerate(continuation))
         assert got == pytest.approx(expected, abs=1e-4)
-    best = max(range(3), key=sums.__getitem__)
-    result = score(model, tokenizer, [ChoiceItem("a", "The committee met and", ENDINGS, best)] * 4)
-    assert result.items == 4 and result.acc == 1.0 and result.acc_interval[0] > 0.4
+
+
+def test_accuracy_counts_known_answers_and_acc_norm_does_not_favour_short_endings():
+    """A model trained on one ending picks it wherever it stands among the choices: items keyed to it are right, an
+    item keyed to another ending is wrong. A model with uniform next-token odds pays the same per token, so `acc`
+    takes the ending of fewest tokens and `acc_norm` the one of fewest tokens per byte: they part on a short ending."""
+    model, tokenizer = tiny_model_and_tokenizer()
+    ids = torch.tensor([tokenizer.encode(f"{CONTEXT} {ENDINGS[0]}").ids])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(60):
+        loss = torch.nn.functional.cross_entropy(model(ids[:, :-1])[0], ids[0, 1:])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    orders = [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
+    items = [ChoiceItem(f"right-{k}", CONTEXT, [ENDINGS[i] for i in order], order.index(0)) for k, order in enumerate(orders)]
+    items.append(ChoiceItem("keyed-to-another", CONTEXT, ENDINGS, 1))
+    result = score(model, tokenizer, items)
+    assert (result.items, result.acc, result.acc_norm) == (4, 0.75, 0.75)
+    assert result.acc_interval == wilson_interval(3, 4) and result.acc_norm_interval == wilson_interval(3, 4)
+
+    with torch.no_grad():
+        model.norm.weight.zero_()  # every logit 0: each token costs log(300) whatever the text
+    short, long = "ran", ENDINGS[0]
+    tokens = {choice: len(tokenizer.encode(" " + choice).ids) for choice in (short, long)}
+    assert tokens[short] < tokens[long] and tokens[short] / len(short) > tokens[long] / len(long)  # 2 < 17, 2/3 > 17/32
+    uniform = score(model, tokenizer, [ChoiceItem("long-is-right", CONTEXT, [short, long], 1)])
+    assert (uniform.acc, uniform.acc_norm) == (0.0, 1.0)
 
 
 def test_wilson_interval():

@@ -10,13 +10,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
 import pyarrow.parquet as pq
 import pytest
 
+from tests.conftest import finished_shards, wait_for_progress
 
 pytestmark = pytest.mark.slow
 CURATE = [sys.executable, "-m", "curation"]
@@ -113,10 +113,12 @@ def test_a_node_lost_mid_run_loses_and_duplicates_no_shard(cluster, inputs, loca
     output = tmp_path / "run"
     command = CURATE + ["run", "fineweb-snapshot", "--input", inputs, "--output", str(output), "--ray-address", address]
     running = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    manifest, deadline = output / "manifest.json", time.time() + 120
-    while time.time() < deadline and not (manifest.exists() and '"node"' in manifest.read_text()):
-        time.sleep(0.2)
+    manifest, total = output / "manifest.json", finished_shards((local_run / "manifest.json").read_text)
+    progress = wait_for_progress(running, manifest.read_text, timeout=120)
+    assert running.poll() is None, f"the run ended (exit {running.returncode}) before the node was lost"
     killed = kill_node(second)  # its raylet, object store and workers, mid-run
+    at_kill = finished_shards(manifest.read_text)
+    assert 1 <= progress <= at_kill < total, f"the node was lost at {at_kill} of {total} stage-shards: not mid-run"
     log = running.communicate(timeout=600)[0]
     print(f"killed the second node's {killed}; first attempt exited {running.returncode}")
     if running.returncode:  # whatever Ray could not retry, the rerun finishes

@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -14,7 +13,7 @@ import pytest
 from curation import report, stats
 from curation.recipe import load_recipe
 from curation.sources import sample
-from tests.conftest import SHARED_DATA, shared
+from tests.conftest import SHARED_DATA, finished_shards, shared, wait_for_progress
 
 pytestmark = pytest.mark.slow
 CURATE = [sys.executable, "-m", "curation"]
@@ -70,33 +69,26 @@ def test_resume_after_kill_gives_the_uninterrupted_output(snapshot_files, tmp_pa
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     manifest = resumed / "manifest.json"
-    deadline = time.time() + 300
-    finished = 0
-    while time.time() < deadline and process.poll() is None:
-        try:
-            shards = json.loads(manifest.read_text())["stages"]
-            finished = sum(len(stage["shards"]) for stage in shards.values())
-        except (FileNotFoundError, json.JSONDecodeError, KeyError):
-            finished = 0
-        if finished >= 5:
-            break
-        time.sleep(0.02)
+    progress = wait_for_progress(process, manifest.read_text, at_least=5)
+    assert process.poll() is None, f"the run ended (exit {process.returncode}) before the kill: nothing to resume"
     os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    assert 5 <= finished < 80, f"the kill came at {finished} of 80 stage-shards: not a partial run"
-    before = {name: path.stat().st_mtime_ns for name, path in parts(resumed).items()}
+    assert process.wait() == -signal.SIGKILL
+    finished, total = finished_shards(manifest.read_text), finished_shards((whole / "manifest.json").read_text)
+    assert 5 <= progress <= finished < total, f"the kill came at {finished} of {total} stage-shards: not a partial run"
+    before = {name: (path.stat().st_mtime_ns, path.stat().st_ino) for name, path in parts(resumed).items()}
     done_before = json.loads(manifest.read_text())["stages"]
 
     rerun = curate("run", "fineweb-snapshot", "--input", inputs, "--output", str(resumed), "--num-cpus", "2")
-    assert f"resumed: {sum(len(s['shards']) for s in done_before.values())} stage-shard(s)" in rerun.stdout
+    assert f"resumed: {finished} stage-shard(s)" in rerun.stdout
     assert list(parts(resumed)) == list(parts(whole)), "missing, extra or leftover temporary parts"
     for name, path in parts(whole).items():
         assert pq.read_table(parts(resumed)[name]).equals(pq.read_table(path)), name
-    for stage_dir, entry in done_before.items():  # a fused run writes only boundary stages' parts
-        for shard in entry["shards"]:
-            name = f"{stage_dir}/part-{int(shard):05d}.parquet"
-            if name in before:
-                assert parts(resumed)[name].stat().st_mtime_ns == before[name], f"{name} was redone"
+    finished_parts = [f"{stage_dir}/part-{int(shard):05d}.parquet" for stage_dir, entry in done_before.items() for shard in entry["shards"]]
+    kept = [name for name in finished_parts if name in before]  # a fused run writes only boundary stages' parts
+    assert kept, f"no finished part was on disk at the kill ({finished_parts}): nothing shows a part is not redone"
+    for name in kept:
+        path = parts(resumed)[name]
+        assert (path.stat().st_mtime_ns, path.stat().st_ino) == before[name], f"{name} was redone"
     assert json.loads(manifest.read_text())["stages"].keys() == done_before.keys()
 
 
@@ -167,3 +159,31 @@ def test_a_failing_file_is_named_and_the_rest_finishes_up_to_dedup(snapshot_file
     assert result.failures[0].input == missing and "No such file" in result.failures[0].error
     assert "shard 1 failed at 00_read" in result.failures[1].error
     assert (tmp_path / "run" / "06_quality" / "part-00000.parquet").exists()
+
+
+def test_the_cli_exits_1_naming_a_corrupt_file_among_good_ones_and_the_fixed_rerun_exits_0(tmp_path):
+    """`curate run` itself (a subprocess, as a user or a scheduler sees it): a Parquet input cut short beside two good
+    ones fails its shard, dedup does not run without it, the exit code is 1 and the file is named; once the file is
+    fixed, the same command finishes with 0 and keeps the good shards it had read."""
+    import pyarrow as pa
+
+    for k in range(3):
+        pq.write_table(pa.table({"id": [f"{k}-{i}" for i in range(20)], "url": [f"https://e.org/{k}/{i}" for i in range(20)],
+                                 "text": [f"document {i % 7} of the corpus" for i in range(20)]}), tmp_path / f"docs-{k}.parquet")  # fmt: skip
+    good = (tmp_path / "docs-1.parquet").read_bytes()
+    (tmp_path / "docs-1.parquet").write_bytes(good[: len(good) // 2] + good[-8:])  # the footer's length and magic, no footer
+    (tmp_path / "recipe.yaml").write_text("name: p\nsource: {kind: parquet}\nstages:\n  - stage: dedup_exact\n")
+    command = CURATE + ["run", str(tmp_path / "recipe.yaml"), "--input", str(tmp_path / "docs-*.parquet"),
+                        "--output", str(tmp_path / "run"), "--num-cpus", "1"]  # fmt: skip
+    failed = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    log = " ".join((failed.stdout + failed.stderr).split())  # rich wraps long lines
+    assert failed.returncode == 1, log
+    assert f"failed 00_read shard 1 ({tmp_path / 'docs-1.parquet'})" in log and "ArrowInvalid" in log
+    assert "failed 01_dedup_exact shard 0" in log and "3 shard(s) failed; rerun the same command to retry them" in log
+    assert not (tmp_path / "run" / "01_dedup_exact").exists()
+
+    (tmp_path / "docs-1.parquet").write_bytes(good)
+    fixed = curate(*command[len(CURATE) :])
+    assert "resumed: 2 stage-shard(s)" in fixed.stdout and "done:" in fixed.stdout
+    kept = pq.read_table(tmp_path / "run" / "01_dedup_exact")
+    assert kept.num_rows == 7 and sorted(set(kept["text"].to_pylist())) == [f"document {i} of the corpus" for i in range(7)]

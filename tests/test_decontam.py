@@ -85,7 +85,8 @@ def gsm_like(tmp_path):
 
 def test_index_save_load_and_short_items(gsm_like, tmp_path):
     index = NgramIndex.build([gsm_like], n=13, min_words=3)
-    assert index.stats["gsm"] == {"items": 2, "too_short": 0, "ngrams": index.stats["gsm"]["ngrams"]}
+    # the long item normalizes to 30 words ("*", "=", "####" and punctuation go): 18 13-grams; the short one is one key
+    assert index.stats["gsm"] == {"items": 2, "too_short": 0, "ngrams": 18 + 1}
     assert sorted(index.keys) == [4, 13]  # the short item (4 words) is indexed whole
     index.save(str(tmp_path / "index"))
     loaded = NgramIndex.load(str(tmp_path / "index"))
@@ -157,10 +158,10 @@ def test_recall_on_humaneval_and_gsm8k_items_hidden_in_documents(real_benchmarks
         cases["middle 60% of its words, mid-page"].append(host[:middle] + " " + fragment + " " + host[middle:])
     stage = Decontaminator(Decontaminator.Params(benchmarks=real_benchmarks))
     for case, texts in cases.items():
-        table = pa.table({"id": [f"{n}/{i}" for n, i, _ in items], "url": [None] * len(items), "text": texts})
+        table = pa.table({"id": [f"doc-{k}" for k in range(len(items))], "url": [None] * len(items), "text": texts})
         result = stage.process(table)
         found = {(r["id"], f"{r['benchmark']}/{r['item_id']}") for r in result.stats["report"]}
-        recall = sum((f"{n}/{i}", f"{n}/{i}") in found for n, i, _ in items) / len(items)
+        recall = sum((f"doc-{k}", f"{n}/{i}") in found for k, (n, i, _) in enumerate(items)) / len(items)  # its own item
         print(f"decontam recall, {case}: {recall:.4f} of {len(items)} items (HumanEval 164 + GSM8K 1,319)")
         assert recall >= 0.99, case
 

@@ -7,12 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from tests.conftest import finished_shards, wait_for_progress
 
 pytestmark = pytest.mark.slow
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is in the test extra")
@@ -95,17 +95,24 @@ def test_curate_and_train_on_s3_equal_a_local_run(s3, inputs, local_run, tmp_pat
 
 
 def test_killed_runs_on_s3_resume_to_the_same_output(s3, inputs, local_run):
+    """Killed twice mid-run (each time after one more finished stage-shard, the run still going and unfinished), then
+    resumed: the output equals the uninterrupted local run and the last run skips what the killed ones finished."""
     env, fs, bucket = s3
     url = f"s3://{bucket}/killed"
     command = [sys.executable, "-m", "curation", "run", "fineweb-snapshot", "--input", inputs, "--output", url,
                "--num-cpus", "2", "--keep-removed"]  # fmt: skip
-    for delay in (4.0, 9.0):
+    total = finished_shards((local_run / "manifest.json").read_text)
+    finished = 0
+    for _ in range(2):
         process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        time.sleep(delay)
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    run("curation", "run", "fineweb-snapshot", "--input", inputs, "--output", url, "--num-cpus", "2", "--keep-removed", env=env)
+        progress = wait_for_progress(process, lambda: fs.cat(f"{bucket}/killed/manifest.json").decode(), at_least=finished + 1)
+        assert process.poll() is None, f"the run ended (exit {process.returncode}) before the kill: nothing to resume"
+        os.killpg(process.pid, signal.SIGKILL)
+        assert process.wait() == -signal.SIGKILL
+        finished = finished_shards(lambda: fs.cat(f"{bucket}/killed/manifest.json").decode())
+        assert progress <= finished < total, f"the kill came at {finished} of {total} stage-shards: not mid-run"
+    resumed_run = run("curation", "run", "fineweb-snapshot", "--input", inputs, "--output", url, "--num-cpus", "2", "--keep-removed", env=env)
+    assert f"resumed: {finished} stage-shard(s)" in resumed_run.stdout
     from fsspec.implementations.local import LocalFileSystem
 
     resumed, local = tables(fs, f"{bucket}/killed"), tables(LocalFileSystem(), str(local_run))

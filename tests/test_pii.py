@@ -1,6 +1,7 @@
 """PII scrub: precision/recall on real labelled data, bad input, and that detected values never survive."""
 
 import json
+import random
 import re
 import time
 from collections import Counter
@@ -51,17 +52,66 @@ def test_precision_recall_on_synthetic_spans(scrubber, capsys):
     assert all(precision >= 0.9 for _, precision, _ in scores.values()), scores
 
 
-def test_phone_precision_on_held_out_records(scrubber, capsys):
-    """The phone rules (street names after a house number, unit words, numbers announced as another kind) were written
-    looking at the even-numbered records' false hits; the odd-numbered ones score them."""
+def test_phone_figures_on_the_records_the_rules_were_tuned_on(scrubber, capsys):
+    """The phone rules were written looking at the even-numbered records' false hits, and the 7-digit minimum was chosen
+    on the odd-numbered ones' figures (0.867 -> 0.929): neither half is held out any more. Kept as a floor for changes;
+    `test_phone_precision_recall_on_cases_generated_apart_from_the_rules` is the held-apart figure."""
     records = json.loads(shared("pii/synthetic_spans.json").read_text())[1::2]
     documents = [(r["full_text"], [(s["entity_type"], s["start_position"], s["end_position"]) for s in r["spans"]
                                    if s["entity_type"] in PATTERN_ENTITIES]) for r in records]  # fmt: skip
     scores = score(scrubber, documents)
-    report("synthetic_spans.json, odd records (held out from the phone rules)", scores, capsys)
+    report("synthetic_spans.json, odd records (seen while tuning the phone rules, not held out)", scores, capsys)
     recall, precision, _ = scores["PHONE_NUMBER"]
     assert precision >= 0.9 and recall >= 0.9, scores  # 0.500 / 0.929 before the rules
     assert all(p >= 0.95 for e, (_, p, _) in scores.items() if e != "PHONE_NUMBER"), scores
+
+
+PHONE_LINES = ["Call us on {phone} for a quote.", "{name}: {phone}", "Reach {name} at {phone} during office hours.",
+               "Tel. {phone}", "For bookings ring {phone} or write to us.", "{name}, {company}, {phone}",
+               "Questions? Our team answers on {phone}, Monday to Friday.", "Mobile: {phone}"]  # fmt: skip
+OTHER_NUMBER_LINES = ["Order {order} was shipped on {date}.", "{street}, {city} {postcode}", "ISBN {isbn} on the back cover.",
+                      "Invoice number {order}, due {date}.", "Barcode {ean}", "Founded in {year}, {company} employs {count} people.",
+                      "Tracking number {order} ({date}).", "Our office: {street}, {city}.", "The city has {grouped} inhabitants.",
+                      "Serial {serial}, made in {year}.", "Account {account}, sort code {sort}."]  # fmt: skip
+
+
+def phone_cases(locales: list[str], seed: int, count: int) -> list[tuple[str, list[tuple[str, int, int]]]]:
+    """Lines with a Faker phone number of one of `locales` (its span known) alternating with lines of other numbers
+    (orders, addresses, ISBNs, barcodes, grouped counts, serials, bank details), none a phone."""
+    from faker import Faker
+
+    rng = random.Random(seed)
+    fakers = [Faker(locale) for locale in locales]
+    for offset, fake in enumerate(fakers):
+        fake.seed_instance(seed + offset)
+    cases = []
+    for k in range(count):
+        fake = rng.choice(fakers)
+        if k % 2 == 0:
+            head, tail = rng.choice(PHONE_LINES).split("{phone}")
+            head, phone = head.format(name=fake.name(), company=fake.company()), fake.phone_number()
+            cases.append((head + phone + tail, [("PHONE_NUMBER", len(head), len(head) + len(phone))]))
+        else:
+            grouped = f"{rng.randint(1, 999)} {rng.randint(0, 999):03d} {rng.randint(0, 999):03d}"
+            text = rng.choice(OTHER_NUMBER_LINES).format(
+                order=fake.bothify("#" * rng.randint(7, 12)), date=fake.date(), street=fake.street_address(), city=fake.city(),
+                postcode=fake.postcode(), isbn=fake.isbn13(), ean=fake.ean13(), year=fake.year(), company=fake.company(),
+                count=rng.randint(10, 90_000), grouped=grouped, serial=fake.bothify("#### #### ####"),
+                account=fake.bothify("########"), sort=fake.bothify("##-##-##"))  # fmt: skip
+            cases.append((text, []))
+    return cases
+
+
+def test_phone_precision_recall_on_cases_generated_apart_from_the_rules(scrubber, capsys):
+    """Phones of five locales synthetic_spans.json has none of (its phones are en_US), in lines written here, beside
+    lines of other numbers: nothing here was looked at while the rules were written. Measured: recall 0.937 (misses:
+    7-11 digit runs without separators or a `+`, e.g. "Tel. 9074306", and "+61.8.5655.2955"), precision 0.947 (all 17
+    false hits are counts grouped by spaces, "881 290 272 inhabitants", the shape of a phone in many countries)."""
+    cases = phone_cases(["en_GB", "en_AU", "en_CA", "en_IE", "en_NZ"], seed=24, count=600)
+    scores = score(scrubber, cases)
+    report("600 generated lines, en_GB/AU/CA/IE/NZ phones and other numbers (apart from the rules)", scores, capsys)
+    recall, precision, gold = scores["PHONE_NUMBER"]
+    assert gold == 300 and recall >= 0.9 and precision >= 0.9, scores
 
 
 @pytest.mark.parametrize("text, phone", [
@@ -135,19 +185,22 @@ def test_stage_keeps_every_document_and_counts_per_entity(scrubber):
 
 
 @pytest.mark.parametrize(
-    "text",
+    "text, secret",
     [
-        "1234567890 " * 5_000,
-        "9" * 300_000,
-        ("Hello мир 你好 مرحبا 123-45-6789 שלום こんにちは\n" * 5_000),
-        ("word " * 200_000) + "last@example.com",
+        ("1234567890 " * 5_000, None),
+        ("9" * 300_000, None),
+        ("Hello мир 你好 مرحبا 123-45-6789 שלום こんにちは\n" * 5_000, None),
+        (("word " * 200_000) + "last@example.com", "last@example.com"),
     ],
     ids=["digit-words", "one-digit-run", "mixed-scripts", "long-prose"],
 )
-def test_bad_input_is_bounded(scrubber, text):
+def test_bad_input_is_bounded(scrubber, text, secret):
+    """Bounded in time, and what the text holds past the bound of a window is still scrubbed."""
     started = time.perf_counter()
-    scrubbed, _ = scrubber.scrub(text)
+    scrubbed, counts = scrubber.scrub(text)
     assert isinstance(scrubbed, str) and time.perf_counter() - started < 120
+    if secret:
+        assert secret not in scrubbed and scrubbed.endswith("<EMAIL_ADDRESS>") and counts["EMAIL_ADDRESS"] == 1
 
 
 def test_windows_cover_candidate_lines_with_context():
