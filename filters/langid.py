@@ -14,8 +14,9 @@ put Malay and Nynorsk each at a tenth or less of Indonesian and Bokmål). `bench
 
 A text of fewer than `min_letters` letters (default 3: "ok", "no", "12:30") has no language to decide: it is `und`
 (undetermined, score 0) and dropped as `too_short_for_language`. On single words of ../shared/data/langid/sentences
-the stage names the language of a 1-letter word 0.40 of the time and of a 2-letter word 0.50 (bare lid.176 0.36 and
-0.50), of 3 to 9 letters 0.66-0.69 (lid.176 0.54-0.65); without the rule the vote called "ok" Dutch.
+(`benchmarks/langid_vote.py`) the stage names the language of a 1-letter word 0.40 of the time and of a 2-letter word
+0.50 (bare lid.176 0.36 and 0.50), of 3 to 9 letters 0.66-0.69 (lid.176 0.54-0.65); without the rule the vote called
+"ok" Dutch.
 """
 
 import os

@@ -134,8 +134,9 @@ def test_nested_cross_validation_chooses_settings_without_the_scored_fold(labell
                                            for name in ("auc", "combined_auc", "length_auc"))  # fmt: skip
     print(f"\nnested 3x2 CV on {len(labelled)} docs: AUC {model_auc:.3f}, with signals {combined_auc:.3f}, "
           f"length-only {length_auc:.3f}")  # fmt: skip
-    # measured (seed 0 / 1 / 2 of the fold split; fastText on one thread is deterministic): fastText 0.924 / 0.924 / 0.932,
-    # with signals 0.945 / 0.929 / 0.943, length 0.863 / 0.859 / 0.858: margins over length 0.061-0.085
+    # measured with this call and seed=0 (printed above) / 1 / 2 of the fold split (fastText on one thread is
+    # deterministic): fastText 0.924 / 0.924 / 0.932, with signals 0.945 / 0.929 / 0.943, length 0.863 / 0.859 / 0.858:
+    # margins over length 0.061-0.085
     assert model_auc > length_auc + 0.04 and combined_auc > length_auc + 0.04
 
 
