@@ -314,8 +314,24 @@ def test_train_plan_cli_prints_and_fails_over_cap(three_sources):
     path = glob.glob(mixture.sources["web"].paths[0])[0].rsplit("/", 2)[0] + "/mix.yaml"
     ok = subprocess.run([sys.executable, "-m", "training", "plan", "--mixture", path, "--tokens", "1000"], capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0 and "tokens available" in ok.stdout and "web" in ok.stdout, ok.stdout + ok.stderr
-    over = subprocess.run([sys.executable, "-m", "training", "plan", "--mixture", path], capture_output=True, text=True, timeout=300)
+    over = subprocess.run([sys.executable, "-m", "training", "plan", "--mixture", path, "--chinchilla"], capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
     assert over.returncode == 1 and "Chinchilla" in over.stdout and "over its max_epochs" in over.stdout
+
+
+def test_train_plan_asks_by_default_what_train_would_run(three_sources):
+    """Without a budget, `train plan` asks the tokens the matching `train` runs: the config's steps (tiny: 40 x 8 x
+    128 tokens), or `--steps`; a sample-sized mixture is not over its cap then."""
+    import subprocess
+    import sys
+
+    mixture, _ = three_sources
+    path = glob.glob(mixture.sources["web"].paths[0])[0].rsplit("/", 2)[0] + "/mix.yaml"
+    plan = [sys.executable, "-m", "training", "plan", "--mixture", path]
+    default = subprocess.run(plan, capture_output=True, text=True, timeout=300)
+    assert default.returncode == 0 and "40,960 tokens" in default.stdout and "--steps 40" in default.stdout, default.stdout
+    longer = subprocess.run([*plan, "--config", "tiny", "--steps", "5000"], capture_output=True, text=True, timeout=300)
+    assert longer.returncode == 1 and f"{5000 * 8 * 128:,} tokens" in longer.stdout and "over its max_epochs" in longer.stdout
 
 
 def test_one_tokenizer_check_compares_content_and_old_states_load(three_sources, tmp_path):
@@ -455,6 +471,16 @@ def test_rope_scaling_matches_transformers(scaling):
                             else (1.0 / 5e5 ** (torch.arange(0, 64, 2).float() / 64), 1.0))  # fmt: skip
     ours, our_factor = inverse_frequencies(64, 5e5, scaling)
     assert torch.allclose(ours, theirs, rtol=1e-6) and our_factor == pytest.approx(their_factor)
+
+
+def test_a_step_log_line_stays_one_line_in_a_log_file(capsys):
+    from training.metrics import ProgressLine
+
+    line = ProgressLine(total=40, done=0)
+    step = "step     40/40  loss 6.5293 (web 6.529 code 5.118 rest 7.220)  val 6.4195  lr 1.65e-03  grad 1.629  514 tok/s  MFU unknown"
+    line.print(step)
+    line.close()
+    assert step + "\n" in capsys.readouterr().out
 
 
 def test_spike_detector_takes_a_lasting_level_shift_as_the_new_level():

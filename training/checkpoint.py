@@ -2,8 +2,9 @@
 
 A checkpoint is written to `step-N.tmp/` and renamed to `step-N/` by rank 0 once every rank has written
 and the train state is on disk, so a folder named `step-N` is always complete; a killed save leaves only a
-`.tmp` folder, which is never loaded and is removed by the next save. DCP reshards on load, so a
-checkpoint taken on 2 ranks loads on 1 (or 8).
+`.tmp` folder, which is never loaded and is removed by the next save. A save that fails (a full disk) removes its
+`.tmp` folder and raises CheckpointError on every rank. DCP reshards on load, so a checkpoint taken on 2 ranks loads
+on 1 (or 8).
 """
 
 import base64
@@ -16,6 +17,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 STATE_FILE = "train_state.json"
@@ -44,6 +46,20 @@ def latest(folder: str | Path) -> Path | None:
     return max(complete, key=lambda p: int(_STEP_DIR.fullmatch(p.name).group(1)), default=None)
 
 
+class CheckpointError(OSError):
+    """A checkpoint could not be written (errno and strerror of the cause, filename the `.tmp` folder, now removed);
+    raised on every rank when DCP's write failed, on rank 0 alone when its train state did."""
+
+
+def _os_error(failure: BaseException) -> OSError | None:
+    """The OSError behind a failed save: itself, or the first one DCP gathered from any rank."""
+    if isinstance(failure, OSError):
+        return failure
+    if isinstance(failure, CheckpointException):
+        return next((error for error, _ in failure.failures.values() if isinstance(error, OSError)), None)
+    return None
+
+
 def save(folder: str | Path, step: int, model, optimizer, train_state: dict, keep: int) -> Path:
     folder = Path(folder)
     final, tmp = folder / f"step-{step:08d}", folder / f"step-{step:08d}.tmp"
@@ -54,15 +70,23 @@ def save(folder: str | Path, step: int, model, optimizer, train_state: dict, kee
             shutil.rmtree(stale)
     dist.barrier()
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp))
-    rngs = [None] * dist.get_world_size()
-    dist.all_gather_object(rngs, rng_state())  # every rank's own generators, not rank 0's for all
+    try:
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp))
+        rngs = [None] * dist.get_world_size()
+        dist.all_gather_object(rngs, rng_state())  # every rank's own generators, not rank 0's for all
+        if rank == 0:
+            with open(tmp / STATE_FILE, "w") as handle:
+                json.dump({**train_state, "step": step, "rng": rngs}, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+    except (OSError, CheckpointException) as failure:  # DCP raises its gathered failures on every rank
+        cause = _os_error(failure)
+        if cause is None:
+            raise
+        if rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(cause.errno, cause.strerror, str(tmp)) from None
     if rank == 0:
-        state_path = tmp / STATE_FILE
-        with open(state_path, "w") as handle:
-            json.dump({**train_state, "step": step, "rng": rngs}, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
         os.rename(tmp, final)
         steps = sorted((p for p in folder.iterdir() if _STEP_DIR.fullmatch(p.name)), key=lambda p: p.name)
         for old in steps[:-keep]:
