@@ -347,3 +347,114 @@ def test_z_loss_is_logged_and_trains(workdir):
         cwd=workdir)  # fmt: skip
     frame = metrics.load(str(workdir / "z"))
     assert frame.z_loss.notna().all() and (frame.z_loss > 0).all() and frame.loss.notna().all()
+
+
+def train_command(*args: str, mixture: str = "two.yaml") -> list[str]:
+    return [sys.executable, "-m", "training", "--mixture", mixture, "--config", "settings.yaml", *args]
+
+
+def start_in_own_session(workdir: Path, *args: str) -> subprocess.Popen:
+    """`train` as a shell starts it: a process group of its own, which a kill -9 -- -PGID ends."""
+    return subprocess.Popen(train_command(*args, mixture="endless.yaml"), cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+
+
+def wait_for(condition, process: subprocess.Popen, what: str) -> None:
+    deadline = time.time() + 300
+    while not condition():
+        assert process.poll() is None, f"train ended before {what}: {process.stderr.read()[-3000:]}"
+        assert time.time() < deadline, f"no {what} in 300 s"
+        time.sleep(0.05)
+
+
+def writers(out: Path) -> list:
+    """Running processes whose command line trains into `out` (a launcher or its ranks)."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if f"--out {out.name}" in " ".join(process.info["cmdline"] or []) and process.status() != psutil.STATUS_ZOMBIE:
+            found.append(process)
+    return found
+
+
+def test_killing_train_kills_its_ranks_and_one_writer_holds_a_run_folder(workdir):
+    """kill -9 of `train`'s process group mid-run stops every rank within seconds (torchrun starts them in sessions of
+    their own); while a run trains, a second `train` into its folder is refused in one line; the killed run's lock is
+    stale and a --resume takes it over; Ctrl-C stops a run with one line."""
+    import psutil
+
+    (workdir / "endless.yaml").write_text("name: endless\nsources:\n  web: {paths: ['curated/tokens/part-*.parquet'], max_epochs: 1000}\n")
+    out = workdir / "killed-launcher"
+    first = start_in_own_session(workdir, "--steps", "1000", "--checkpoint-every", "1", "--out", out.name)
+    wait_for(lambda: checkpoint_steps(out), first, "a checkpoint")
+    second = subprocess.run(train_command("--steps", "1000", "--out", out.name, "--resume", mixture="endless.yaml"), cwd=workdir, capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
+    assert second.returncode == 2 and f"train: {out.name} is in use by train (pid {first.pid} " in second.stderr, second.stderr
+    assert len(second.stderr.strip().splitlines()) == 1
+    ranks = psutil.Process(first.pid).children(recursive=True)
+    assert len(ranks) == 2 and {p.pid for p in writers(out)} == {first.pid} | {p.pid for p in ranks}
+    os.killpg(first.pid, signal.SIGKILL)
+    killed_at = time.time()
+    first.wait()
+    _, alive = psutil.wait_procs(ranks, timeout=10)
+    print(f"\nranks left {time.time() - killed_at:.1f} s after the kill: {alive}")
+    assert not alive and not writers(out)
+    reached = max(checkpoint_steps(out))
+    assert reached < 1000, "the run finished before the kill"
+    time.sleep(2)
+    assert max(checkpoint_steps(out)) == reached and not list((out / "checkpoints").glob("*.tmp")), "a rank still writes"
+
+    assert json.loads((out / "train.lock").read_text())["pid"] == first.pid  # left by the killed launcher: stale
+    resumed = subprocess.run(train_command("--steps", str(reached + 1), "--out", out.name, "--resume", mixture="endless.yaml"), cwd=workdir,
+                             capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert resumed.returncode == 0 and f"resumed from step-{reached:08d}" in resumed.stdout, resumed.stderr[-3000:]
+    assert max(checkpoint_steps(out)) == reached + 1 and not (out / "train.lock").exists()
+
+    interrupted = start_in_own_session(workdir, "--steps", "1000", "--out", out.name, "--resume")
+    wait_for(lambda: max(losses(out)) > reached + 1, interrupted, "a step")
+    ranks = psutil.Process(interrupted.pid).children(recursive=True)
+    os.killpg(interrupted.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the foreground process group
+    _, error = interrupted.communicate(timeout=60)
+    assert interrupted.returncode == 130 and error.strip() == "train: stopped by SIGINT; every rank has ended: continue with --resume"
+    assert len(ranks) == 2 and not psutil.wait_procs(ranks, timeout=10)[1] and not writers(out)
+    assert not (out / "train.lock").exists()
+
+
+def checkpoint_steps(out: Path) -> list[int]:
+    return [int(p.name[5:]) for p in (out / "checkpoints").glob("step-????????")] if (out / "checkpoints").is_dir() else []
+
+
+def test_resume_says_where_it_starts_and_a_finished_run_says_so(workdir):
+    """--resume on a folder without a checkpoint says it starts from step 0 (the README's first command does this);
+    past its --steps it says it is done (exit 0, nothing trained); another --seed is refused before launch."""
+    first = run("training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "2", "--checkpoint-every", "2",
+                "--out", "fresh", "--resume", cwd=workdir)  # fmt: skip
+    assert "train: no checkpoint in fresh: starting from step 0" in first.stdout and sorted(losses(workdir / "fresh")) == [1, 2]
+    done = run("training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "1", "--out", "fresh", "--resume",
+               cwd=workdir)  # fmt: skip
+    assert done.stdout.strip() == "train: fresh is already at step 2 (--steps 1): nothing to train; raise --steps to continue"
+    assert sorted(losses(workdir / "fresh")) == [1, 2] and not done.stderr.strip()
+    seed = subprocess.run(train_command("--steps", "4", "--out", "fresh", "--resume", "--seed", "7"), cwd=workdir,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert seed.returncode == 2 and seed.stderr.strip() == (
+        "train: fresh/checkpoints/step-00000002: the run was trained with --seed 0, not 7: resume with --seed 0, or start a "
+        "new --out"), seed.stderr
+
+
+def test_a_full_disk_at_a_checkpoint_is_one_line_and_leaves_no_tmp(workdir):
+    """On a real 16 MiB filesystem (a tmpfs, mounted in a mount namespace of its own) the first checkpoint (40 MB)
+    fills the disk: one line names it, with the path and the free space, exit 1, and no step-N.tmp is left."""
+    if not shutil.which("unshare"):
+        pytest.skip("unshare (util-linux) is needed to mount a small tmpfs")
+    script = (f"mkdir -p small && mount -t tmpfs -o size=16M tmpfs small && {' '.join(train_command('--steps', '4', '--checkpoint-every', '2', '--out', 'small/run'))}"
+              "; echo exit=$?; find small | sort")  # fmt: skip
+    done = subprocess.run(["unshare", "--mount", "--map-root-user", "sh", "-c", script], cwd=workdir, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    if "exit=" not in done.stdout:
+        pytest.skip(f"cannot mount a tmpfs in a user namespace here: {done.stderr.strip()}")
+    print(f"\n{done.stderr.strip()}")
+    assert "exit=1" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+    line = "train: disk full writing checkpoint small/run/checkpoints/step-00000002.tmp (removed): "
+    assert done.stderr.startswith(line) and "MiB free there" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert "small/run/metrics.jsonl" in done.stdout and ".tmp" not in done.stdout.split("exit=")[1]

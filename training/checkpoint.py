@@ -8,6 +8,7 @@ on 1 (or 8).
 """
 
 import base64
+import errno
 import json
 import os
 import re
@@ -51,13 +52,28 @@ class CheckpointError(OSError):
     raised on every rank when DCP's write failed, on rank 0 alone when its train state did."""
 
 
-def _os_error(failure: BaseException) -> OSError | None:
-    """The OSError behind a failed save: itself, or the first one DCP gathered from any rank."""
-    if isinstance(failure, OSError):
-        return failure
-    if isinstance(failure, CheckpointException):
-        return next((error for error, _ in failure.failures.values() if isinstance(error, OSError)), None)
-    return None
+def _local_bytes(state) -> int:
+    """Bytes of this rank's shards in a (nested) state dict."""
+    if isinstance(state, dict):
+        return sum(_local_bytes(value) for value in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(_local_bytes(value) for value in state)
+    if isinstance(state, torch.Tensor):
+        local = state.to_local() if hasattr(state, "to_local") else state
+        return local.numel() * local.element_size()
+    return 0
+
+
+def _write_failure(failure: CheckpointException, folder: Path, state: dict) -> OSError | None:
+    """The OSError behind DCP's gathered failures, the same on every rank: the first any rank raised, or ENOSPC when
+    the disk has less room than this rank's shards (torch's zip writer reports a short write as a RuntimeError)."""
+    errors = [error for error, _ in failure.failures.values() if isinstance(error, OSError)]
+    full = not errors and shutil.disk_usage(folder).free < _local_bytes(state)
+    verdicts = [None] * dist.get_world_size()
+    dist.all_gather_object(verdicts, full)  # before rank 0 frees the space
+    if errors:
+        return errors[0]
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)) if any(verdicts) else None
 
 
 def save(folder: str | Path, step: int, model, optimizer, train_state: dict, keep: int) -> Path:
@@ -70,8 +86,9 @@ def save(folder: str | Path, step: int, model, optimizer, train_state: dict, kee
             shutil.rmtree(stale)
     dist.barrier()
     model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optim": optim_state}
     try:
-        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp))
+        dcp.save(state, checkpoint_id=str(tmp))
         rngs = [None] * dist.get_world_size()
         dist.all_gather_object(rngs, rng_state())  # every rank's own generators, not rank 0's for all
         if rank == 0:
@@ -80,7 +97,7 @@ def save(folder: str | Path, step: int, model, optimizer, train_state: dict, kee
                 handle.flush()
                 os.fsync(handle.fileno())
     except (OSError, CheckpointException) as failure:  # DCP raises its gathered failures on every rank
-        cause = _os_error(failure)
+        cause = failure if isinstance(failure, OSError) else _write_failure(failure, folder, state)
         if cause is None:
             raise
         if rank == 0:
