@@ -1,6 +1,7 @@
 """`train` for real: torchrun with 2 CPU ranks (gloo), FSDP2, on token shards made by `curate run` + `curate tokenize`."""
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -342,11 +343,18 @@ def test_spike_policies_skip_the_update_or_rewind_past_a_planted_bad_document(wo
     assert max(final[s] for s in steps) < events[0]["threshold"]
 
 
-def test_z_loss_is_logged_and_trains(workdir):
-    run("training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "3", "--z-loss", "1e-4", "--out", "z",
-        cwd=workdir)  # fmt: skip
-    frame = metrics.load(str(workdir / "z"))
-    assert frame.z_loss.notna().all() and (frame.z_loss > 0).all() and frame.loss.notna().all()
+def test_z_loss_weight_changes_the_updates_not_the_logged_loss(workdir):
+    """The same 3 steps with z-loss weight 0 and 1e-2: step 1's loss (before any update) is the same plain
+    cross-entropy, the weighted run logs mean log(Z)^2 (about log(vocabulary)^2 = 58 near a uniform start) and its
+    later losses differ, its updates having followed the extra gradient."""
+    for name, weight in (("z0", "0"), ("z", "1e-2")):
+        run("training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "3", "--z-loss", weight, "--out", name,
+            cwd=workdir)  # fmt: skip
+    plain, weighted = metrics.load(str(workdir / "z0")).set_index("step"), metrics.load(str(workdir / "z")).set_index("step")
+    print(f"\nz-loss 0: losses {list(plain.loss)}; 1e-2: losses {list(weighted.loss)}, z-loss {list(weighted.z_loss)}")
+    assert "z_loss" not in plain and weighted.z_loss.notna().all()
+    assert weighted.loss[1] == plain.loss[1] and (weighted.loss[2:] != plain.loss[2:]).all()
+    assert 0.8 * math.log(2048) ** 2 < weighted.z_loss[1] < 1.2 * math.log(2048) ** 2
 
 
 def train_command(*args: str, mixture: str = "two.yaml") -> list[str]:

@@ -507,3 +507,71 @@ def test_a_resume_scored_on_another_held_out_slice_is_refused(three_sources, tmp
     done = subprocess.run([sys.executable, "-m", "training", "--mixture", path, "--steps", "5", "--out", str(tmp_path / "run"),
                            "--resume"], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 2 and "held-out validation documents of ['code', 'rest', 'web'] differ" in done.stderr, done.stderr
+
+
+def test_what_train_can_check_before_launch_fails_in_one_line_before_torchrun(three_sources, tmp_path):
+    """A global batch that does not split over micro-batches x ranks, and an --out that cannot be written, fail in the
+    launcher with one line (exit 2), not in every rank with a torchrun traceback."""
+    import subprocess
+    import sys
+
+    mixture, _ = three_sources
+    path = glob.glob(mixture.sources["web"].paths[0])[0].rsplit("/", 2)[0] + "/mix.yaml"
+    (tmp_path / "a-file").write_text("")
+    for args, message in (
+        (["--global-batch", "6", "--out", str(tmp_path / "run")], "global_batch 6 is not a multiple of micro_batch 2 x ranks 2"),
+        (["--out", str(tmp_path / "a-file" / "run")], f"train: cannot write into --out {tmp_path / 'a-file' / 'run'}: "),
+    ):
+        done = subprocess.run([sys.executable, "-m", "training", "--mixture", path, "--steps", "2", *args], capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr[-3000:]
+
+
+def test_z_loss_weight_adds_exactly_its_term_to_the_objective_and_gradients(tmp_path):
+    """forward_backward (in a real one-rank gloo group): weight 0 gives cross-entropy's gradients alone; weight w adds
+    w x mean(logsumexp(logits)^2) per micro-batch to the objective and its gradient, while the logged loss stays
+    the plain cross-entropy and the z-loss sum is the sum of logsumexp^2 over the tokens."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    from training.trainer import forward_backward
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = Transformer(replace(MODEL_CONFIGS["tiny"], vocab_size=64, n_layers=1))
+        tokens = torch.randint(0, 64, (2, 2, 17))  # two micro-batches of two sequences
+        batches = [SimpleNamespace(inputs=t[:, :-1], targets=t[:, 1:], sources=torch.tensor([0, 1])) for t in tokens]
+
+        def gradients(objective=None, weight=None):
+            model.zero_grad(set_to_none=True)
+            if objective:
+                objective().backward()
+                sums = None
+            else:
+                sums, _ = forward_backward(model, batches, 2, torch.device("cpu"), weight)
+            return sums, torch.cat([p.grad.flatten() for p in model.parameters()])
+
+        def by_hand(term):
+            return lambda: sum(term(model(b.inputs).float(), b.targets) for b in batches) / len(batches)
+
+        cross_entropy = by_hand(lambda logits, targets: F.cross_entropy(logits.flatten(0, 1), targets.flatten()))
+        log_z_squared = by_hand(lambda logits, _: torch.logsumexp(logits, dim=-1).pow(2).mean())
+        _, ce_grad = gradients(cross_entropy)
+        _, z_grad = gradients(log_z_squared)
+        plain, plain_grad = gradients(weight=0.0)
+        weighted, weighted_grad = gradients(weight=0.5)
+
+        assert torch.allclose(plain_grad, ce_grad, rtol=1e-5, atol=1e-7) and plain[-1] == 0
+        assert torch.equal(weighted[:-1], plain[:-1])  # the loss logged is cross-entropy alone
+        assert plain[:2].sum() / plain[2:4].sum() == pytest.approx(cross_entropy().item(), rel=1e-6)
+        with torch.no_grad():
+            tokens_z = sum(torch.logsumexp(model(b.inputs).float(), dim=-1).pow(2).sum() for b in batches)
+        assert weighted[-1].item() == pytest.approx(tokens_z.item(), rel=1e-6)
+        assert z_grad.norm() > 0.01 * ce_grad.norm()  # the term matters, so the check below has teeth
+        assert torch.allclose(weighted_grad, ce_grad + 0.5 * z_grad, rtol=1e-5, atol=1e-7)
+    finally:
+        dist.destroy_process_group()
