@@ -261,6 +261,23 @@ def test_export_loads_in_transformers_with_our_logits_and_generates(workdir, tmp
     generated = theirs.generate(ids[:, :8], max_new_tokens=5, do_sample=False, pad_token_id=tokenizer.eos_token_id)
     assert generated.shape == (1, 13)
 
+    from safetensors.torch import load_file
+
+    from training.export import export
+
+    export(workdir / "to-export", tmp_path / "sharded", shard_bytes=2 * 2**20)  # as past 5 GB, at 2 MiB
+    index = json.loads((tmp_path / "sharded" / "model.safetensors.index.json").read_text())
+    files = sorted({*index["weight_map"].values()})
+    whole = load_file(tmp_path / "hf" / "model.safetensors")
+    parts = {name: tensor for file in files for name, tensor in load_file(tmp_path / "sharded" / file).items()}
+    assert len(files) > 1 and not (tmp_path / "sharded" / "model.safetensors").exists()
+    assert all((tmp_path / "sharded" / file).stat().st_size < 2 * 2**20 + 2**16 for file in files)  # a tensor over the limit gets a file alone
+    assert parts.keys() == whole.keys() == index["weight_map"].keys() and all(torch.equal(parts[k], whole[k]) for k in whole)
+    assert index["metadata"]["total_size"] == sum(t.numel() * t.element_size() for t in whole.values())
+    sharded = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "sharded"), dtype=torch.float32).eval()
+    with torch.no_grad():
+        assert torch.equal(sharded(ids).logits, theirs(ids).logits)
+
 
 def test_bf16_with_activation_checkpointing_and_compile_resumes_bit_identically(workdir):
     """The GPU configuration on 2 CPU ranks: bf16 parameters (MixedPrecisionPolicy, fp32 reduce), activation
@@ -341,6 +358,18 @@ def test_spike_policies_skip_the_update_or_rewind_past_a_planted_bad_document(wo
     assert adam_updates(workdir / "rewind" / "checkpoints" / "step-00000020") == 20
     final = losses(workdir / "rewind")
     assert max(final[s] for s in steps) < events[0]["threshold"]
+
+
+def test_a_spike_that_recurs_at_the_same_step_after_a_rewind_is_skipped(workdir):
+    """As the README says: with `rewind`, a spike that comes back at the same step after the rewind (here a NaN from
+    an lr of 1e30, whatever the documents) is skipped instead of rewinding again, and the run goes on."""
+    run("training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "4", "--lr", "1e30", "--checkpoint-every",
+        "1", "--spike-policy", "rewind", "--out", "rewind-twice", cwd=workdir)  # fmt: skip
+    events = [json.loads(line) for line in (workdir / "rewind-twice" / "events.jsonl").read_text().splitlines()]
+    print("\n" + "; ".join(f"step {e['step']} {e['event']}: {e['action']}" for e in events))
+    assert [(e["step"], e["action"]) for e in events] == [(3, "rewound to step-00000002"), (3, "skipped the update"),
+                                                          (4, "rewound to step-00000003"), (4, "skipped the update")]  # fmt: skip
+    assert adam_updates(workdir / "rewind-twice" / "checkpoints" / "step-00000004") == 2  # steps 1 and 2, before the loss turned NaN
 
 
 def test_z_loss_weight_changes_the_updates_not_the_logged_loss(workdir):
