@@ -495,6 +495,20 @@ def test_spike_detector_takes_a_lasting_level_shift_as_the_new_level():
     assert [detect(6.0) for _ in range(3)] == ["spike", "spike", None] and detect.threshold() == math.inf
 
 
+def test_readme_says_which_spikes_in_a_row_are_acted_on():
+    """The README and the detector agree: the first patience - 1 spikes in a row are spikes (skipped or rewound by
+    those policies), the next one is the new level."""
+    from training.metrics import SpikeDetector
+
+    patience = inspect.signature(SpikeDetector).parameters["patience"].default
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert f"Each spike is acted on as it comes; when {patience} come in a row, the third is taken as a new loss level" in readme
+    detect = SpikeDetector(sigma=4.0)
+    for i in range(20):
+        detect(3.0 + 0.01 * (i % 3))
+    assert [detect(6.0) for _ in range(patience)] == ["spike"] * (patience - 1) + [None]
+
+
 def test_a_resume_scored_on_another_held_out_slice_is_refused(three_sources, tmp_path):
     import subprocess
     import sys
