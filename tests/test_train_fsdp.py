@@ -425,7 +425,8 @@ def test_killing_train_kills_its_ranks_and_one_writer_holds_a_run_folder(workdir
     out = workdir / "killed-launcher"
     first = start_in_own_session(workdir, "--steps", "1000", "--checkpoint-every", "1", "--out", out.name)
     wait_for(lambda: checkpoint_steps(out), first, "a checkpoint")
-    second = subprocess.run(train_command("--steps", "1000", "--out", out.name, "--resume", mixture="endless.yaml"), cwd=workdir, capture_output=True,
+    later = str(max(checkpoint_steps(out)) + 3)  # a --resume typed while the run still trains
+    second = subprocess.run(train_command("--steps", later, "--out", out.name, "--resume", mixture="endless.yaml"), cwd=workdir, capture_output=True,
                             text=True, timeout=300)  # fmt: skip
     assert second.returncode == 2 and f"train: {out.name} is in use by train (pid {first.pid} " in second.stderr, second.stderr
     assert len(second.stderr.strip().splitlines()) == 1

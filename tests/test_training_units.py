@@ -32,6 +32,23 @@ def test_tiny_is_about_5m_parameters_and_flops_are_6n_plus_attention():
     assert model(torch.randint(0, config.vocab_size, (2, 16))).shape == (2, 16, config.vocab_size)
 
 
+def test_readme_gives_the_tiny_models_size_at_the_vocabulary_curate_tokenize_trains():
+    """The README's figure is what `train` logs for its first command: tiny at `curate tokenize`'s default vocabulary."""
+    import re
+
+    from curation.cli import _parser as curate_parser
+    from training.config import load_config
+
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    stated = re.search(r"the `tiny` model \(([\d.]+)M parameters at the ([\d,]+)-token vocabulary `curate tokenize` trains", readme)
+    assert stated, "the README's first paragraph no longer states the tiny model's size with its vocabulary"
+    vocab = int(stated.group(2).replace(",", ""))
+    assert vocab == curate_parser().parse_args(["tokenize", "runs/x"]).vocab_size
+    with torch.device("meta"):
+        params = Transformer(load_config("tiny").model_config_for(vocab)).num_params()
+    assert f"{params / 1e6:.1f}" == stated.group(1)
+
+
 def test_sdpa_grouped_query_attention_matches_repeated_heads():
     q, k, v = torch.randn(2, 5, 4, 8), torch.randn(2, 5, 2, 8), torch.randn(2, 5, 2, 8)
     repeated = _sdpa(q, k.repeat_interleave(2, dim=2), v.repeat_interleave(2, dim=2))
