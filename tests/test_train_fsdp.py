@@ -1,5 +1,6 @@
 """`train` for real: torchrun with 2 CPU ranks (gloo), FSDP2, on token shards made by `curate run` + `curate tokenize`."""
 
+import contextlib
 import json
 import math
 import os
@@ -396,6 +397,17 @@ def start_in_own_session(workdir: Path, *args: str) -> subprocess.Popen:
                             start_new_session=True)  # fmt: skip
 
 
+@pytest.fixture
+def cleanup():
+    """Run folders whose `train` processes are killed, launcher group and any rank left, when a test ends early."""
+    outs: list[Path] = []
+    yield outs
+    for out in outs:
+        for process in writers(out):
+            with contextlib.suppress(Exception):
+                process.kill()
+
+
 def wait_for(condition, process: subprocess.Popen, what: str) -> None:
     deadline = time.time() + 300
     while not condition():
@@ -415,7 +427,7 @@ def writers(out: Path) -> list:
     return found
 
 
-def test_killing_train_kills_its_ranks_and_one_writer_holds_a_run_folder(workdir):
+def test_killing_train_kills_its_ranks_and_one_writer_holds_a_run_folder(workdir, cleanup):
     """kill -9 of `train`'s process group mid-run stops every rank within seconds (torchrun starts them in sessions of
     their own); while a run trains, a second `train` into its folder is refused in one line; the killed run's lock is
     stale and a --resume takes it over; Ctrl-C stops a run with one line."""
@@ -423,6 +435,7 @@ def test_killing_train_kills_its_ranks_and_one_writer_holds_a_run_folder(workdir
 
     (workdir / "endless.yaml").write_text("name: endless\nsources:\n  web: {paths: ['curated/tokens/part-*.parquet'], max_epochs: 1000}\n")
     out = workdir / "killed-launcher"
+    cleanup.append(out)
     first = start_in_own_session(workdir, "--steps", "1000", "--checkpoint-every", "1", "--out", out.name)
     wait_for(lambda: checkpoint_steps(out), first, "a checkpoint")
     later = str(max(checkpoint_steps(out)) + 3)  # a --resume typed while the run still trains

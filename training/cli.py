@@ -218,6 +218,14 @@ def _same_validation(mixture, previous: Path, state: dict, shards) -> None:
                          "tokenized again or the mixture changed; resume with the same data, or start a new --out")  # fmt: skip
 
 
+def _lock(out: Path) -> Path:
+    """Take the run folder's lock (see training.run_lock); an --out that cannot be written is a ValueError."""
+    try:
+        return run_lock.acquire(out)
+    except OSError as error:
+        raise ValueError(f"cannot write into --out {out}: {error.strerror} ({error.filename})") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     from training.config import load_config
     from training.launch import launch, run_rank, tie_to_launcher
@@ -240,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config, **{k: getattr(args, k) for k in OVERRIDES})
         if os.environ.get(VALIDATED) != "1":  # the ranks our own launch starts skip what it checked
             shards = _check_data(args, mixture, config, ranks if launcher else int(os.environ["WORLD_SIZE"]))
-            lock = run_lock.acquire(out) if speaker else None
+            lock = _lock(out) if speaker else None
             previous, state = _check_resume(args, mixture, config, shards)
             if previous and state["step"] >= config.steps:
                 if speaker:
@@ -253,9 +261,6 @@ def main(argv: list[str] | None = None) -> int:
     except (MixtureError, ValueError, run_lock.RunLocked) as error:
         run_lock.release(lock)
         print(f"train: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:  # the lock could not be written
-        print(f"train: cannot write into --out {out}: {error.strerror} ({error.filename})", file=sys.stderr)
         return 2
     if launcher:
         os.environ[VALIDATED] = "1"
