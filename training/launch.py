@@ -75,7 +75,8 @@ def error_line(error: OSError) -> str:
     what = "checkpoint " if isinstance(error, CheckpointError) else ""
     if error.errno == errno.ENOSPC:
         removed = " (removed)" if what else ""
-        return f"disk full writing {what}{error.filename}{removed}: {_free(error.filename)} free there; free space, then continue with --resume"
+        return (f"disk full writing {what}{error.filename}{removed}: {_free(error.filename)} free there; free space, then "
+                "continue with --resume")
     return f"cannot write {what}{error.filename}: {error.strerror}"
 
 
