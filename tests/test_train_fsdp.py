@@ -1,6 +1,8 @@
 """`train` for real: torchrun with 2 CPU ranks (gloo), FSDP2, on token shards made by `curate run` + `curate tokenize`."""
 
+import contextlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -260,6 +262,23 @@ def test_export_loads_in_transformers_with_our_logits_and_generates(workdir, tmp
     generated = theirs.generate(ids[:, :8], max_new_tokens=5, do_sample=False, pad_token_id=tokenizer.eos_token_id)
     assert generated.shape == (1, 13)
 
+    from safetensors.torch import load_file
+
+    from training.export import export
+
+    export(workdir / "to-export", tmp_path / "sharded", shard_bytes=2 * 2**20)  # as past 5 GB, at 2 MiB
+    index = json.loads((tmp_path / "sharded" / "model.safetensors.index.json").read_text())
+    files = sorted({*index["weight_map"].values()})
+    whole = load_file(tmp_path / "hf" / "model.safetensors")
+    parts = {name: tensor for file in files for name, tensor in load_file(tmp_path / "sharded" / file).items()}
+    assert len(files) > 1 and not (tmp_path / "sharded" / "model.safetensors").exists()
+    assert all((tmp_path / "sharded" / file).stat().st_size < 2 * 2**20 + 2**16 for file in files)  # a tensor over the limit gets a file alone
+    assert parts.keys() == whole.keys() == index["weight_map"].keys() and all(torch.equal(parts[k], whole[k]) for k in whole)
+    assert index["metadata"]["total_size"] == sum(t.numel() * t.element_size() for t in whole.values())
+    sharded = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "sharded"), dtype=torch.float32).eval()
+    with torch.no_grad():
+        assert torch.equal(sharded(ids).logits, theirs(ids).logits)
+
 
 def test_bf16_with_activation_checkpointing_and_compile_resumes_bit_identically(workdir):
     """The GPU configuration on 2 CPU ranks: bf16 parameters (MixedPrecisionPolicy, fp32 reduce), activation
@@ -342,8 +361,153 @@ def test_spike_policies_skip_the_update_or_rewind_past_a_planted_bad_document(wo
     assert max(final[s] for s in steps) < events[0]["threshold"]
 
 
-def test_z_loss_is_logged_and_trains(workdir):
-    run("training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "3", "--z-loss", "1e-4", "--out", "z",
-        cwd=workdir)  # fmt: skip
-    frame = metrics.load(str(workdir / "z"))
-    assert frame.z_loss.notna().all() and (frame.z_loss > 0).all() and frame.loss.notna().all()
+def test_a_spike_that_recurs_at_the_same_step_after_a_rewind_is_skipped(workdir):
+    """As the README says: with `rewind`, a spike that comes back at the same step after the rewind (here a NaN from
+    an lr of 1e30, whatever the documents) is skipped instead of rewinding again, and the run goes on."""
+    run("training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "4", "--lr", "1e30", "--checkpoint-every",
+        "1", "--spike-policy", "rewind", "--out", "rewind-twice", cwd=workdir)  # fmt: skip
+    events = [json.loads(line) for line in (workdir / "rewind-twice" / "events.jsonl").read_text().splitlines()]
+    print("\n" + "; ".join(f"step {e['step']} {e['event']}: {e['action']}" for e in events))
+    assert [(e["step"], e["action"]) for e in events] == [(3, "rewound to step-00000002"), (3, "skipped the update"),
+                                                          (4, "rewound to step-00000003"), (4, "skipped the update")]  # fmt: skip
+    assert adam_updates(workdir / "rewind-twice" / "checkpoints" / "step-00000004") == 2  # steps 1 and 2, before the loss turned NaN
+
+
+def test_z_loss_weight_changes_the_updates_not_the_logged_loss(workdir):
+    """The same 3 steps with z-loss weight 0 and 1e-2: step 1's loss (before any update) is the same plain
+    cross-entropy, the weighted run logs mean log(Z)^2 (about log(vocabulary)^2 = 58 near a uniform start) and its
+    later losses differ, its updates having followed the extra gradient."""
+    for name, weight in (("z0", "0"), ("z", "1e-2")):
+        run("training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "3", "--z-loss", weight, "--out", name,
+            cwd=workdir)  # fmt: skip
+    plain, weighted = metrics.load(str(workdir / "z0")).set_index("step"), metrics.load(str(workdir / "z")).set_index("step")
+    print(f"\nz-loss 0: losses {list(plain.loss)}; 1e-2: losses {list(weighted.loss)}, z-loss {list(weighted.z_loss)}")
+    assert "z_loss" not in plain and weighted.z_loss.notna().all()
+    assert weighted.loss[1] == plain.loss[1] and (weighted.loss[2:] != plain.loss[2:]).all()
+    assert 0.8 * math.log(2048) ** 2 < weighted.z_loss[1] < 1.2 * math.log(2048) ** 2
+
+
+def train_command(*args: str, mixture: str = "two.yaml") -> list[str]:
+    return [sys.executable, "-m", "training", "--mixture", mixture, "--config", "settings.yaml", *args]
+
+
+def start_in_own_session(workdir: Path, *args: str) -> subprocess.Popen:
+    """`train` as a shell starts it: a process group of its own, which a kill -9 -- -PGID ends."""
+    return subprocess.Popen(train_command(*args, mixture="endless.yaml"), cwd=workdir, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+
+
+@pytest.fixture
+def cleanup():
+    """Run folders whose `train` processes are killed, launcher group and any rank left, when a test ends early."""
+    outs: list[Path] = []
+    yield outs
+    for out in outs:
+        for process in writers(out):
+            with contextlib.suppress(Exception):
+                process.kill()
+
+
+def wait_for(condition, process: subprocess.Popen, what: str) -> None:
+    deadline = time.time() + 300
+    while not condition():
+        assert process.poll() is None, f"train ended before {what}: {process.stderr.read()[-3000:]}"
+        assert time.time() < deadline, f"no {what} in 300 s"
+        time.sleep(0.05)
+
+
+def writers(out: Path) -> list:
+    """Running processes whose command line trains into `out` (a launcher or its ranks)."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        if f"--out {out.name}" in " ".join(process.info["cmdline"] or []) and process.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(process)
+    return found
+
+
+def test_killing_train_kills_its_ranks_and_one_writer_holds_a_run_folder(workdir, cleanup):
+    """kill -9 of `train`'s process group mid-run stops every rank within seconds (torchrun starts them in sessions of
+    their own); while a run trains, a second `train` into its folder is refused in one line; the killed run's lock is
+    stale and a --resume takes it over; Ctrl-C stops a run with one line."""
+    import psutil
+
+    (workdir / "endless.yaml").write_text("name: endless\nsources:\n  web: {paths: ['curated/tokens/part-*.parquet'], max_epochs: 1000}\n")
+    out = workdir / "killed-launcher"
+    cleanup.append(out)
+    first = start_in_own_session(workdir, "--steps", "1000", "--checkpoint-every", "1", "--out", out.name)
+    wait_for(lambda: checkpoint_steps(out), first, "a checkpoint")
+    later = str(max(checkpoint_steps(out)) + 3)  # a --resume typed while the run still trains
+    second = subprocess.run(train_command("--steps", later, "--out", out.name, "--resume", mixture="endless.yaml"), cwd=workdir,
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert second.returncode == 2 and f"train: {out.name} is in use by train (pid {first.pid} " in second.stderr, second.stderr
+    assert len(second.stderr.strip().splitlines()) == 1
+    ranks = psutil.Process(first.pid).children(recursive=True)
+    assert len(ranks) == 2 and {p.pid for p in writers(out)} == {first.pid} | {p.pid for p in ranks}
+    os.killpg(first.pid, signal.SIGKILL)
+    killed_at = time.time()
+    first.wait()
+    _, alive = psutil.wait_procs(ranks, timeout=10)
+    print(f"\nranks left {time.time() - killed_at:.1f} s after the kill: {alive}")
+    assert not alive and not writers(out)
+    reached = max(checkpoint_steps(out))
+    assert reached < 1000, "the run finished before the kill"
+    files = sorted((str(p), p.stat().st_size) for p in out.rglob("*"))  # a save the kill cut leaves its .tmp, never loaded
+    time.sleep(2)
+    assert sorted((str(p), p.stat().st_size) for p in out.rglob("*")) == files, "a rank still writes"
+
+    assert json.loads((out / "train.lock").read_text())["pid"] == first.pid  # left by the killed launcher: stale
+    resumed = subprocess.run(train_command("--steps", str(reached + 1), "--out", out.name, "--resume", mixture="endless.yaml"),
+                             cwd=workdir, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert resumed.returncode == 0 and f"resumed from step-{reached:08d}" in resumed.stdout, resumed.stderr[-3000:]
+    assert max(checkpoint_steps(out)) == reached + 1 and not (out / "train.lock").exists()
+
+    logged = (out / "metrics.jsonl").read_text().count("\n")
+    interrupted = start_in_own_session(workdir, "--steps", "1000", "--out", out.name, "--resume")
+    wait_for(lambda: (out / "metrics.jsonl").read_text().count("\n") > logged, interrupted, "a step")
+    ranks = psutil.Process(interrupted.pid).children(recursive=True)
+    os.killpg(interrupted.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the foreground process group
+    _, error = interrupted.communicate(timeout=60)
+    assert interrupted.returncode == 130 and error.strip() == "train: stopped by SIGINT; every rank has ended: continue with --resume"
+    assert len(ranks) == 2 and not psutil.wait_procs(ranks, timeout=10)[1] and not writers(out)
+    assert not (out / "train.lock").exists()
+
+
+def checkpoint_steps(out: Path) -> list[int]:
+    return [int(p.name[5:]) for p in (out / "checkpoints").glob("step-????????")] if (out / "checkpoints").is_dir() else []
+
+
+def test_resume_says_where_it_starts_and_a_finished_run_says_so(workdir):
+    """--resume on a folder without a checkpoint says it starts from step 0 (the README's first command does this);
+    past its --steps it says it is done (exit 0, nothing trained); another --seed is refused before launch."""
+    first = run("training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "2", "--checkpoint-every", "2",
+                "--out", "fresh", "--resume", cwd=workdir)  # fmt: skip
+    assert "train: no checkpoint in fresh: starting from step 0" in first.stdout and sorted(losses(workdir / "fresh")) == [1, 2]
+    done = run("training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "1", "--out", "fresh", "--resume",
+               cwd=workdir)  # fmt: skip
+    assert done.stdout.strip() == "train: fresh is already at step 2 (--steps 1): nothing to train; raise --steps to continue"
+    assert sorted(losses(workdir / "fresh")) == [1, 2] and not done.stderr.strip()
+    seed = subprocess.run(train_command("--steps", "4", "--out", "fresh", "--resume", "--seed", "7"), cwd=workdir,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert seed.returncode == 2 and seed.stderr.strip() == (
+        "train: fresh/checkpoints/step-00000002: the run was trained with --seed 0, not 7: resume with --seed 0, or start a "
+        "new --out"), seed.stderr
+
+
+def test_a_full_disk_at_a_checkpoint_is_one_line_and_leaves_no_tmp(workdir):
+    """On a real 16 MiB filesystem (a tmpfs, mounted in a mount namespace of its own) the first checkpoint (40 MB)
+    fills the disk: one line names it, with the path and the free space, exit 1, and no step-N.tmp is left."""
+    if not shutil.which("unshare"):
+        pytest.skip("unshare (util-linux) is needed to mount a small tmpfs")
+    train = " ".join(train_command("--steps", "4", "--checkpoint-every", "2", "--out", "small/run"))
+    script = f"mkdir -p small && mount -t tmpfs -o size=16M tmpfs small || exit 0; {train}; echo exit=$?; find small | sort"
+    done = subprocess.run(["unshare", "--mount", "--map-root-user", "sh", "-c", script], cwd=workdir, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    if "exit=" not in done.stdout:
+        pytest.skip(f"cannot mount a tmpfs in a user namespace here: {done.stderr.strip()[-300:]}")
+    print(f"\n{done.stderr.strip()}")
+    assert "exit=1" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+    line = "train: disk full writing checkpoint small/run/checkpoints/step-00000002.tmp (removed): "
+    assert done.stderr.startswith(line) and "MiB free there" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert "small/run/metrics.jsonl" in done.stdout and ".tmp" not in done.stdout.split("exit=")[1]

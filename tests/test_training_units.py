@@ -35,6 +35,23 @@ def test_tiny_is_about_5m_parameters_and_flops_are_6n_plus_attention():
     assert model(torch.randint(0, config.vocab_size, (2, 16))).shape == (2, 16, config.vocab_size)
 
 
+def test_readme_gives_the_tiny_models_size_at_the_vocabulary_curate_tokenize_trains():
+    """The README's figure is what `train` logs for its first command: tiny at `curate tokenize`'s default vocabulary."""
+    import re
+
+    from curation.cli import _parser as curate_parser
+    from training.config import load_config
+
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    stated = re.search(r"the `tiny` model \(([\d.]+)M parameters at the ([\d,]+)-token vocabulary `curate tokenize` trains", readme)
+    assert stated, "the README's first paragraph no longer states the tiny model's size with its vocabulary"
+    vocab = int(stated.group(2).replace(",", ""))
+    assert vocab == curate_parser().parse_args(["tokenize", "runs/x"]).vocab_size
+    with torch.device("meta"):
+        params = Transformer(load_config("tiny").model_config_for(vocab)).num_params()
+    assert f"{params / 1e6:.1f}" == stated.group(1)
+
+
 def test_sdpa_grouped_query_attention_matches_repeated_heads():
     q, k, v = torch.randn(2, 5, 4, 8), torch.randn(2, 5, 2, 8), torch.randn(2, 5, 2, 8)
     repeated = _sdpa(q, k.repeat_interleave(2, dim=2), v.repeat_interleave(2, dim=2))
@@ -317,8 +334,24 @@ def test_train_plan_cli_prints_and_fails_over_cap(three_sources):
     path = glob.glob(mixture.sources["web"].paths[0])[0].rsplit("/", 2)[0] + "/mix.yaml"
     ok = subprocess.run([sys.executable, "-m", "training", "plan", "--mixture", path, "--tokens", "1000"], capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0 and "tokens available" in ok.stdout and "web" in ok.stdout, ok.stdout + ok.stderr
-    over = subprocess.run([sys.executable, "-m", "training", "plan", "--mixture", path], capture_output=True, text=True, timeout=300)
+    over = subprocess.run([sys.executable, "-m", "training", "plan", "--mixture", path, "--chinchilla"], capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
     assert over.returncode == 1 and "Chinchilla" in over.stdout and "over its max_epochs" in over.stdout
+
+
+def test_train_plan_asks_by_default_what_train_would_run(three_sources):
+    """Without a budget, `train plan` asks the tokens the matching `train` runs: the config's steps (tiny: 40 x 8 x
+    128 tokens), or `--steps`; a sample-sized mixture is not over its cap then."""
+    import subprocess
+    import sys
+
+    mixture, _ = three_sources
+    path = glob.glob(mixture.sources["web"].paths[0])[0].rsplit("/", 2)[0] + "/mix.yaml"
+    plan = [sys.executable, "-m", "training", "plan", "--mixture", path]
+    default = subprocess.run(plan, capture_output=True, text=True, timeout=300)
+    assert default.returncode == 0 and "40,960 tokens" in default.stdout and "--steps 40" in default.stdout, default.stdout
+    longer = subprocess.run([*plan, "--config", "tiny", "--steps", "5000"], capture_output=True, text=True, timeout=300)
+    assert longer.returncode == 1 and f"{5000 * 8 * 128:,} tokens" in longer.stdout and "over its max_epochs" in longer.stdout
 
 
 def test_one_tokenizer_check_compares_content_and_old_states_load(three_sources, tmp_path):
@@ -434,7 +467,7 @@ def test_a_longer_context_phase_continues_every_stream_and_resumes(three_sources
         for step in range(resume_at, 10):
             assert all(torch.equal(a.inputs, b.inputs) for a, b in zip(steps[step], resumed.next_step())), (resume_at, step)
     other = MixtureLoader(mixture, seq_len=64, global_batch=8, micro_batch=2, rank=0, world=1, seed=1, eos_id=eos)
-    with pytest.raises(ValueError, match=r"sequence lengths per phase \[64, 256\], this run 1 and \[64\]"):
+    with pytest.raises(ValueError, match=r"sequence lengths per phase \[64, 256\], not \[64\]"):
         other.load_state_dict(whole.state_dict())
 
 
@@ -471,6 +504,16 @@ def test_rope_scaling_matches_transformers(scaling):
     assert torch.allclose(ours, theirs, rtol=1e-6) and our_factor == pytest.approx(their_factor)
 
 
+def test_a_step_log_line_stays_one_line_in_a_log_file(capsys):
+    from training.metrics import ProgressLine
+
+    line = ProgressLine(total=40, done=0)
+    step = "step     40/40  loss 6.5293 (web 6.529 code 5.118 rest 7.220)  val 6.4195  lr 1.65e-03  grad 1.629  514 tok/s  MFU unknown"
+    line.print(step)
+    line.close()
+    assert step + "\n" in capsys.readouterr().out
+
+
 def test_spike_detector_takes_a_lasting_level_shift_as_the_new_level():
     from training.metrics import SpikeDetector
 
@@ -483,6 +526,20 @@ def test_spike_detector_takes_a_lasting_level_shift_as_the_new_level():
     assert [detect(6.0) for _ in range(3)] == ["spike", "spike", None] and detect.threshold() == math.inf
 
 
+def test_readme_says_which_spikes_in_a_row_are_acted_on():
+    """The README and the detector agree: the first patience - 1 spikes in a row are spikes (skipped or rewound by
+    those policies), the next one is the new level."""
+    from training.metrics import SpikeDetector
+
+    patience = inspect.signature(SpikeDetector).parameters["patience"].default
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert f"Each spike is acted on as it comes; when {patience} come in a row, the third is taken as a new loss level" in readme
+    detect = SpikeDetector(sigma=4.0)
+    for i in range(20):
+        detect(3.0 + 0.01 * (i % 3))
+    assert [detect(6.0) for _ in range(patience)] == ["spike"] * (patience - 1) + [None]
+
+
 def test_a_resume_scored_on_another_held_out_slice_is_refused(three_sources, tmp_path):
     import subprocess
     import sys
@@ -491,7 +548,75 @@ def test_a_resume_scored_on_another_held_out_slice_is_refused(three_sources, tmp
     path = glob.glob(mixture.sources["web"].paths[0])[0].rsplit("/", 2)[0] + "/mix.yaml"
     step = tmp_path / "run" / "checkpoints" / "step-00000004"
     step.mkdir(parents=True)
-    (step / "train_state.json").write_text(json.dumps({"step": 4, "validation": {"web": "0" * 16}}))
+    (step / "train_state.json").write_text(json.dumps({"step": 4, "data": {"seed": 0, "seq_lens": [128]}, "validation": {"web": "0" * 16}}))
     done = subprocess.run([sys.executable, "-m", "training", "--mixture", path, "--steps", "5", "--out", str(tmp_path / "run"),
                            "--resume"], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 2 and "held-out validation documents of ['code', 'rest', 'web'] differ" in done.stderr, done.stderr
+
+
+def test_what_train_can_check_before_launch_fails_in_one_line_before_torchrun(three_sources, tmp_path):
+    """A global batch that does not split over micro-batches x ranks, and an --out that cannot be written, fail in the
+    launcher with one line (exit 2), not in every rank with a torchrun traceback."""
+    import subprocess
+    import sys
+
+    mixture, _ = three_sources
+    path = glob.glob(mixture.sources["web"].paths[0])[0].rsplit("/", 2)[0] + "/mix.yaml"
+    (tmp_path / "a-file").write_text("")
+    for args, message in (
+        (["--global-batch", "6", "--out", str(tmp_path / "run")], "global_batch 6 is not a multiple of micro_batch 2 x ranks 2"),
+        (["--out", str(tmp_path / "a-file" / "run")], f"train: cannot write into --out {tmp_path / 'a-file' / 'run'}: "),
+    ):
+        done = subprocess.run([sys.executable, "-m", "training", "--mixture", path, "--steps", "2", *args], capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr[-3000:]
+
+
+def test_z_loss_weight_adds_exactly_its_term_to_the_objective_and_gradients(tmp_path):
+    """forward_backward (in a real one-rank gloo group): weight 0 gives cross-entropy's gradients alone; weight w adds
+    w x mean(logsumexp(logits)^2) per micro-batch to the objective and its gradient, while the logged loss stays
+    the plain cross-entropy and the z-loss sum is the sum of logsumexp^2 over the tokens."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    from training.trainer import forward_backward
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = Transformer(replace(MODEL_CONFIGS["tiny"], vocab_size=64, n_layers=1))
+        tokens = torch.randint(0, 64, (2, 2, 17))  # two micro-batches of two sequences
+        batches = [SimpleNamespace(inputs=t[:, :-1], targets=t[:, 1:], sources=torch.tensor([0, 1])) for t in tokens]
+
+        def gradients(objective=None, weight=None):
+            model.zero_grad(set_to_none=True)
+            if objective:
+                objective().backward()
+                sums = None
+            else:
+                sums, _ = forward_backward(model, batches, 2, torch.device("cpu"), weight)
+            return sums, torch.cat([p.grad.flatten() for p in model.parameters()])
+
+        def by_hand(term):
+            return lambda: sum(term(model(b.inputs).float(), b.targets) for b in batches) / len(batches)
+
+        cross_entropy = by_hand(lambda logits, targets: F.cross_entropy(logits.flatten(0, 1), targets.flatten()))
+        log_z_squared = by_hand(lambda logits, _: torch.logsumexp(logits, dim=-1).pow(2).mean())
+        _, ce_grad = gradients(cross_entropy)
+        _, z_grad = gradients(log_z_squared)
+        plain, plain_grad = gradients(weight=0.0)
+        weighted, weighted_grad = gradients(weight=0.5)
+
+        assert torch.allclose(plain_grad, ce_grad, rtol=1e-5, atol=1e-7) and plain[-1] == 0
+        assert torch.equal(weighted[:-1], plain[:-1])  # the loss logged is cross-entropy alone
+        assert plain[:2].sum() / plain[2:4].sum() == pytest.approx(cross_entropy().item(), rel=1e-6)
+        with torch.no_grad():
+            tokens_z = sum(torch.logsumexp(model(b.inputs).float(), dim=-1).pow(2).sum() for b in batches)
+        assert weighted[-1].item() == pytest.approx(tokens_z.item(), rel=1e-6)
+        assert z_grad.norm() > 0.01 * ce_grad.norm()  # the term matters, so the check below has teeth
+        assert torch.allclose(weighted_grad, ce_grad + 0.5 * z_grad, rtol=1e-5, atol=1e-7)
+    finally:
+        dist.destroy_process_group()

@@ -2,11 +2,13 @@
 
 A checkpoint is written to `step-N.tmp/` and renamed to `step-N/` by rank 0 once every rank has written
 and the train state is on disk, so a folder named `step-N` is always complete; a killed save leaves only a
-`.tmp` folder, which is never loaded and is removed by the next save. DCP reshards on load, so a
-checkpoint taken on 2 ranks loads on 1 (or 8).
+`.tmp` folder, which is never loaded and is removed by the next save. A save that fails (a full disk) removes its
+`.tmp` folder and raises CheckpointError on every rank. DCP reshards on load, so a checkpoint taken on 2 ranks loads
+on 1 (or 8).
 """
 
 import base64
+import errno
 import json
 import os
 import re
@@ -16,6 +18,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 STATE_FILE = "train_state.json"
@@ -44,6 +47,35 @@ def latest(folder: str | Path) -> Path | None:
     return max(complete, key=lambda p: int(_STEP_DIR.fullmatch(p.name).group(1)), default=None)
 
 
+class CheckpointError(OSError):
+    """A checkpoint could not be written (errno and strerror of the cause, filename the `.tmp` folder, now removed);
+    raised on every rank when DCP's write failed, on rank 0 alone when its train state did."""
+
+
+def _local_bytes(state) -> int:
+    """Bytes of this rank's shards in a (nested) state dict."""
+    if isinstance(state, dict):
+        return sum(_local_bytes(value) for value in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(_local_bytes(value) for value in state)
+    if isinstance(state, torch.Tensor):
+        local = state.to_local() if hasattr(state, "to_local") else state
+        return local.numel() * local.element_size()
+    return 0
+
+
+def _write_failure(failure: CheckpointException, folder: Path, state: dict) -> OSError | None:
+    """The OSError behind DCP's gathered failures, the same on every rank: the first any rank raised, or ENOSPC when
+    the disk has less room than this rank's shards (torch's zip writer reports a short write as a RuntimeError)."""
+    errors = [error for error, _ in failure.failures.values() if isinstance(error, OSError)]
+    full = not errors and shutil.disk_usage(folder).free < _local_bytes(state)
+    verdicts = [None] * dist.get_world_size()
+    dist.all_gather_object(verdicts, full)  # before rank 0 frees the space
+    if errors:
+        return errors[0]
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)) if any(verdicts) else None
+
+
 def save(folder: str | Path, step: int, model, optimizer, train_state: dict, keep: int) -> Path:
     folder = Path(folder)
     final, tmp = folder / f"step-{step:08d}", folder / f"step-{step:08d}.tmp"
@@ -54,15 +86,24 @@ def save(folder: str | Path, step: int, model, optimizer, train_state: dict, kee
             shutil.rmtree(stale)
     dist.barrier()
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp))
-    rngs = [None] * dist.get_world_size()
-    dist.all_gather_object(rngs, rng_state())  # every rank's own generators, not rank 0's for all
+    state = {"model": model_state, "optim": optim_state}
+    try:
+        dcp.save(state, checkpoint_id=str(tmp))
+        rngs = [None] * dist.get_world_size()
+        dist.all_gather_object(rngs, rng_state())  # every rank's own generators, not rank 0's for all
+        if rank == 0:
+            with open(tmp / STATE_FILE, "w") as handle:
+                json.dump({**train_state, "step": step, "rng": rngs}, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+    except (OSError, CheckpointException) as failure:  # DCP raises its gathered failures on every rank
+        cause = failure if isinstance(failure, OSError) else _write_failure(failure, folder, state)
+        if cause is None:
+            raise
+        if rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(cause.errno, cause.strerror, str(tmp)) from None
     if rank == 0:
-        state_path = tmp / STATE_FILE
-        with open(state_path, "w") as handle:
-            json.dump({**train_state, "step": step, "rng": rngs}, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
         os.rename(tmp, final)
         steps = sorted((p for p in folder.iterdir() if _STEP_DIR.fullmatch(p.name)), key=lambda p: p.name)
         for old in steps[:-keep]:

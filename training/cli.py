@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from training import storage
+from training import run_lock, storage
 from training.attention import KERNELS
 from training.metrics import SPIKE_POLICIES
 
@@ -51,13 +51,16 @@ def _plan_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="train plan",
         description="Resolve a mixture against the token shards: tokens available per source (and bucket), tokens each "
-        "phase asks, epochs per source; exits 1 when a source would repeat more than its max_epochs.",
+        "phase asks (by default the tokens `train` would run: the config's steps), epochs per source; exits 1 when a "
+        "source would repeat more than its max_epochs.",
     )
     parser.add_argument("--mixture", required=True, help="mixture YAML")
-    parser.add_argument("--model", default="tiny", help="preset tiny|small|1b or a settings YAML (for the parameter count)")
+    parser.add_argument("--config", "--model", dest="config", default="tiny",
+                        help="preset tiny|small|1b or a settings YAML, as `train --config` takes it")
     budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--steps", type=int, help="the tokens of this many steps (default: the config's steps, as `train` would run)")
     budget.add_argument("--tokens", type=float, help="tokens to train on, e.g. 2e9")
-    budget.add_argument("--chinchilla", action="store_true", help="20 tokens per parameter (the default)")
+    budget.add_argument("--chinchilla", action="store_true", help="20 tokens per parameter")
     return parser
 
 
@@ -94,18 +97,24 @@ def cmd_plan(argv: list[str]) -> int:
     args = _plan_parser().parse_args(argv)
     try:
         mixture = load_mixture(args.mixture)
-        config = load_config(args.model)
+        config = load_config(args.config, steps=args.steps)
         params = _num_params(config, mixture)
-        total = int(args.tokens) if args.tokens else CHINCHILLA_TOKENS_PER_PARAM * params
         base = config.base_shape()
-        steps = -(-total // base.tokens_per_step)
+        if args.tokens or args.chinchilla:
+            total = int(args.tokens) if args.tokens else CHINCHILLA_TOKENS_PER_PARAM * params
+            steps = -(-total // base.tokens_per_step)
+        else:
+            steps = config.steps
+            total = steps * base.tokens_per_step
         phase_tokens = mixture.scheduled_phase_tokens(steps, base)
         sources = plan(mixture, phase_tokens)
     except (MixtureError, ValueError) as error:
         print(f"train plan: {error}", file=sys.stderr)
         return 2
     console = Console() if sys.stdout.isatty() else Console(width=120)
-    budget = f"{args.tokens:.3g} tokens (given)" if args.tokens else f"Chinchilla: {CHINCHILLA_TOKENS_PER_PARAM} x {params:,} params"
+    budget = (f"{args.tokens:.3g} tokens (given)" if args.tokens
+              else f"Chinchilla: {CHINCHILLA_TOKENS_PER_PARAM} x {params:,} params" if args.chinchilla
+              else f"what `train --config {args.config} --steps {steps}` trains")  # fmt: skip
     console.print(f"mixture [bold]{mixture.name}[/], model {config.model} ({params:,} params): {total:,} tokens, {budget}; "
                   f"{steps:,} steps, {sum(phase_tokens):,} tokens at each phase's length")  # fmt: skip
     phases = Table(title="Phases")
@@ -146,14 +155,14 @@ OVERRIDES = ("steps", "seq_len", "global_batch", "micro_batch", "lr", "dtype", "
              "eval_every", "eval_sequences", "spike_policy", "z_loss")  # fmt: skip
 
 
-VALIDATED = "TRAIN_VALIDATED"  # set by `train` for the ranks it launches
+VALIDATED = "TRAIN_VALIDATED"  # set by `train` for the ranks it launches, which skip what it checked
 
 
-def _validate(args, mixture, config) -> None:
-    """Shards and tokenizer found and shared, repetition within the sources' caps, no run clobbered, a resume scored
-    on the held-out slice it began with: raises MixtureError or ValueError with one line."""
-    from training import checkpoint
-    from training.data import read_sources
+def _check_data(args, mixture, config, world: int):
+    """Shards and tokenizer found and shared, repetition within the sources' caps, every phase's batch split over
+    `world` ranks: raises MixtureError or ValueError with one line. Returns the shards read (None under a torchrun
+    launched by hand, whose every rank would read every shard)."""
+    from training.data import check_batches, read_sources
     from training.mixture import MixtureError
     from training.plan import over_cap, plan
 
@@ -162,28 +171,44 @@ def _validate(args, mixture, config) -> None:
     if not storage.is_file(mixture.tokenizer_path()):
         raise MixtureError(f"tokenizer not found: {mixture.tokenizer_path()}")
     mixture.check_one_tokenizer()
-    by_hand = "LOCAL_RANK" in os.environ  # every rank of a torchrun launched by hand: skip what reads every shard
-    shards = None if by_hand else read_sources(mixture)
+    check_batches(mixture, config.base_shape(), world)
+    shards = None if "LOCAL_RANK" in os.environ else read_sources(mixture)
     if shards:
         problem = over_cap(plan(mixture, mixture.scheduled_phase_tokens(config.steps, config.base_shape()), shards))
         if problem:
             raise ValueError(f"{problem} (see `train plan --mixture {args.mixture}`)")
-    previous = checkpoint.latest(Path(args.out) / "checkpoints")
-    if previous and not args.resume:
-        raise ValueError(f"{args.out} already holds a run (latest checkpoint {previous.name}): pass --resume to "
-                         "continue it, or choose another --out")  # fmt: skip
-    if previous and shards and config.eval_every:
-        _same_validation(mixture, previous, shards)
+    return shards
 
 
-def _same_validation(mixture, previous: Path, shards) -> None:
-    """A resume is scored on the slice the run began with, or it says which source's slice changed."""
+def _check_resume(args, mixture, config, shards) -> tuple[Path | None, dict]:
+    """The checkpoint a run continues from and its train state: no run clobbered, a resume with the run's seed and
+    sequence lengths, scored on the held-out slice it began with; raises ValueError with one line."""
     import json
 
     from training import checkpoint
+    from training.data import check_resumable
+
+    previous = checkpoint.latest(Path(args.out) / "checkpoints")
+    if previous is None:
+        return None, {}
+    if not args.resume:
+        raise ValueError(f"{args.out} already holds a run (latest checkpoint {previous.name}): pass --resume to "
+                         "continue it, or choose another --out")  # fmt: skip
+    state = json.loads((previous / checkpoint.STATE_FILE).read_text())
+    try:
+        check_resumable(state["data"], config.seed, [shape.seq_len for shape in mixture.shapes(config.base_shape())])
+    except ValueError as error:
+        raise ValueError(f"{previous}: {error}") from None
+    if shards and config.eval_every:
+        _same_validation(mixture, previous, state, shards)
+    return previous, state
+
+
+def _same_validation(mixture, previous: Path, state: dict, shards) -> None:
+    """A resume is scored on the slice the run began with, or it says which source's slice changed."""
     from training.data import validation_digest, validation_selections
 
-    saved = json.loads((previous / checkpoint.STATE_FILE).read_text()).get("validation")
+    saved = state.get("validation")
     if saved is None:
         return
     now = validation_digest(validation_selections(mixture, shards))
@@ -193,8 +218,17 @@ def _same_validation(mixture, previous: Path, shards) -> None:
                          "tokenized again or the mixture changed; resume with the same data, or start a new --out")  # fmt: skip
 
 
+def _lock(out: Path) -> Path:
+    """Take the run folder's lock (see training.run_lock); an --out that cannot be written is a ValueError."""
+    try:
+        return run_lock.acquire(out)
+    except OSError as error:
+        raise ValueError(f"cannot write into --out {out}: {error.strerror} ({error.filename})") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     from training.config import load_config
+    from training.launch import launch, run_rank, tie_to_launcher
     from training.mixture import MixtureError, load_mixture
 
     argv = sys.argv[1:] if argv is None else argv
@@ -202,24 +236,45 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_plan(argv[1:])
     if argv[:1] == ["export"]:
         return cmd_export(argv[1:])
+    launcher = "LOCAL_RANK" not in os.environ
+    if not launcher:
+        tie_to_launcher()
     args = _parser().parse_args(argv)
+    ranks = args.ranks or (torch.cuda.device_count() or 2)
+    speaker = launcher or os.environ.get("RANK") == "0"  # the one process that holds the lock and prints notes
+    out, lock = Path(args.out), None
     try:
         mixture = load_mixture(args.mixture)
         config = load_config(args.config, **{k: getattr(args, k) for k in OVERRIDES})
         if os.environ.get(VALIDATED) != "1":  # the ranks our own launch starts skip what it checked
-            _validate(args, mixture, config)
-    except (MixtureError, ValueError) as error:
+            shards = _check_data(args, mixture, config, ranks if launcher else int(os.environ["WORLD_SIZE"]))
+            lock = _lock(out) if speaker else None
+            previous, state = _check_resume(args, mixture, config, shards)
+            if previous and state["step"] >= config.steps:
+                if speaker:
+                    print(f"train: {out} is already at step {state['step']} (--steps {config.steps}): nothing to train; "
+                          "raise --steps to continue")  # fmt: skip
+                run_lock.release(lock)
+                return 0
+            if args.resume and not previous and speaker:
+                print(f"train: no checkpoint in {out}: starting from step 0")
+    except (MixtureError, ValueError, run_lock.RunLocked) as error:
+        run_lock.release(lock)
         print(f"train: {error}", file=sys.stderr)
         return 2
-    if "LOCAL_RANK" not in os.environ:
-        ranks = args.ranks or (torch.cuda.device_count() or 2)
-        launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", "-m", "training"]
+    if launcher:
         os.environ[VALIDATED] = "1"
-        os.execv(sys.executable, launch + argv)
+        try:
+            return launch(argv, ranks)
+        finally:
+            run_lock.release(lock)
     from training.trainer import train
 
-    train(config, mixture, Path(args.out), args.resume)
-    return 0
+    code = run_rank(lambda: train(config, mixture, out, args.resume))
+    run_lock.release(lock)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # gloo can abort at interpreter exit after destroy_process_group
 
 
 if __name__ == "__main__":

@@ -178,6 +178,25 @@ def _micro_batches(rows: list[tuple[int, np.ndarray]], micro_batch: int) -> list
     return batches
 
 
+def check_batches(mixture: Mixture, base: PhaseShape, world: int) -> None:
+    """Every phase's global batch splits into micro-batches on `world` ranks, or ValueError naming the phase."""
+    for phase, shape in zip(mixture.phases, mixture.shapes(base)):
+        if shape.global_batch % (shape.micro_batch * world):
+            raise ValueError(f"phase {phase.name!r}: global_batch {shape.global_batch} is not a multiple of micro_batch "
+                             f"{shape.micro_batch} x ranks {world}")  # fmt: skip
+
+
+def check_resumable(state: dict, seed: int, seq_lens: list[int]) -> None:
+    """A checkpoint's data state continues only with the seed and the sequence lengths per phase it was written with."""
+    saved = state.get("seq_lens", [state.get("seq_len")] * len(seq_lens))
+    if state["seed"] != seed:
+        raise ValueError(f"the run was trained with --seed {state['seed']}, not {seed}: resume with --seed {state['seed']}, "
+                         "or start a new --out")  # fmt: skip
+    if saved != seq_lens:
+        raise ValueError(f"the run was trained with sequence lengths per phase {saved}, not {seq_lens}: resume with its "
+                         "seq_len and phases, or start a new --out")  # fmt: skip
+
+
 class MixtureLoader:
     """Yields each step's micro-batches for this rank; `state_dict()` is the same on every rank."""
 
@@ -185,11 +204,8 @@ class MixtureLoader:
                  seed: int, eos_id: int, total_steps: int = 1, rope_theta: float = 10000.0,
                  shards: dict[str, list[ShardRows]] | None = None):  # fmt: skip
         base = PhaseShape(seq_len, global_batch, micro_batch, rope_theta)
+        check_batches(mixture, base, world)
         self.shapes = mixture.shapes(base)
-        for phase, shape in zip(mixture.phases, self.shapes):
-            if shape.global_batch % (shape.micro_batch * world):
-                raise ValueError(f"phase {phase.name!r}: global_batch {shape.global_batch} is not a multiple of micro_batch "
-                                 f"{shape.micro_batch} x ranks {world}")  # fmt: skip
         self.mixture, self.rank, self.world, self.seed = mixture, rank, world, seed
         self.names = mixture.source_names()
         shards = shards or read_sources(mixture)
@@ -261,11 +277,7 @@ class MixtureLoader:
                 "skipped": {s.name: sorted(s.skipped) for s in self.streams if s.skipped}}  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
-        seq_lens = [shape.seq_len for shape in self.shapes]
-        saved = state.get("seq_lens", [state.get("seq_len")] * len(seq_lens))
-        if state["seed"] != self.seed or saved != seq_lens:
-            raise ValueError(f"checkpoint data state has seed {state['seed']} and sequence lengths per phase {saved}, "
-                             f"this run {self.seed} and {seq_lens}")  # fmt: skip
+        check_resumable(state, self.seed, [shape.seq_len for shape in self.shapes])
         self.skip(state.get("skipped", {}))
         if "positions" in state:
             self.positions = [tuple(state["positions"].get(name, (0, 0))) for name in self.names]

@@ -22,7 +22,7 @@ from training.rope import hf_rope_scaling
 from training.shard_contract import EOS_TOKEN, TOKENIZER_FILE
 
 MODEL_FILE = "model.json"  # the run's ModelConfig, written by `train` beside its checkpoints
-SHARD_BYTES = 5 * 1024**3
+SHARD_BYTES = 5 * 1024**3  # transformers' default max_shard_size
 
 
 def find_checkpoint(path: str | Path) -> tuple[Path, Path]:
@@ -90,14 +90,14 @@ def hf_config(config: ModelConfig, eos_id: int, dtype: str) -> dict:
     }  # fmt: skip
 
 
-def _write_weights(tensors: dict[str, torch.Tensor], out: Path) -> None:
-    """model.safetensors, or model-0000i-of-0000n.safetensors and their index past SHARD_BYTES."""
+def _write_weights(tensors: dict[str, torch.Tensor], out: Path, shard_bytes: int) -> None:
+    """model.safetensors, or model-0000i-of-0000n.safetensors and their index past `shard_bytes`."""
     from safetensors.torch import save_file
 
     shards, current, size = [], {}, 0
     for name, tensor in tensors.items():
         nbytes = tensor.numel() * tensor.element_size()
-        if current and size + nbytes > SHARD_BYTES:
+        if current and size + nbytes > shard_bytes:
             shards.append(current)
             current, size = {}, 0
         current[name], size = tensor, size + nbytes
@@ -114,8 +114,9 @@ def _write_weights(tensors: dict[str, torch.Tensor], out: Path) -> None:
     (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
 
 
-def export(path: str | Path, out: str | Path, dtype: str = "float32") -> Path:
-    """Write the Hugging Face model of the checkpoint at `path` into `out`; returns the checkpoint exported."""
+def export(path: str | Path, out: str | Path, dtype: str = "float32", shard_bytes: int = SHARD_BYTES) -> Path:
+    """Write the Hugging Face model of the checkpoint at `path` into `out`, its weights in files of at most
+    `shard_bytes` (past it, an index names each tensor's file); returns the checkpoint exported."""
     from tokenizers import Tokenizer
 
     run, step = find_checkpoint(path)
@@ -125,7 +126,7 @@ def export(path: str | Path, out: str | Path, dtype: str = "float32") -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {name: tensor.to(getattr(torch, dtype)) for name, tensor in hf_state_dict(model).items()}
-    _write_weights(tensors, out)
+    _write_weights(tensors, out, shard_bytes)
     (out / "config.json").write_text(json.dumps(hf_config(model.config, eos_id, dtype), indent=1))
     (out / "generation_config.json").write_text(json.dumps({"eos_token_id": eos_id, "pad_token_id": eos_id}, indent=1))
     shutil.copyfile(tokenizer_file, out / TOKENIZER_FILE)

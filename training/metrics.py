@@ -122,7 +122,8 @@ class ProgressLine:
         self.progress.update(self.task, completed=step, loss=loss, tps=tokens_per_s, mfu=mfu)
 
     def print(self, line: str) -> None:
-        self.progress.console.print(line, highlight=False)
+        """One line however narrow the console (a log file's is 80 columns): a log line is never wrapped."""
+        self.progress.console.print(line, highlight=False, soft_wrap=True)
 
     def close(self) -> None:
         self.progress.stop()

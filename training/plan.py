@@ -3,8 +3,8 @@ asks of it, and the epochs that makes — checked against each source's `max_epo
 
 Available tokens are counted from the token shards themselves (each document's tokens plus its EOS, rows a
 source's `where` selects, the held-out validation rows left out), so a bucket is measured like any other source.
-The tokens asked are given, or the Chinchilla budget of 20 tokens per parameter; each phase counts its tokens at
-its own sequence length and batch.
+The tokens asked are those `train` would run (its config's steps), given as steps or tokens, or the Chinchilla
+budget of 20 tokens per parameter; each phase counts its tokens at its own sequence length and batch.
 """
 
 from dataclasses import dataclass

@@ -251,8 +251,6 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
             if missing:
                 log.info(f"validation: {missing} hold out less than one sequence: tokenize with --validation-fraction or "
                          "name validation_paths in the mixture")  # fmt: skip
-        if start >= config.steps:
-            log.info(f"already at step {start} of {config.steps}: nothing to train (raise --steps to continue)")
     step_log = StepLog(config, mixture, loader, out, start, world, model_config, num_params, peak, device) if rank == 0 else None
     spikes = SpikeDetector(config.spike_sigma)
     rewound: set[int] = set()
@@ -306,6 +304,3 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
         step_log.close()
     dist.barrier()
     dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # gloo can abort at interpreter exit after destroy_process_group

@@ -1,0 +1,96 @@
+"""`train`'s ranks under torchrun, tied to the `train` process that started them.
+
+torchrun starts each rank in a session of its own, so killing `train`'s process group would leave them training
+and writing checkpoints. Here torchrun's agent runs inside `train` itself, and every rank asks the kernel to
+SIGKILL it when its parent (the agent) dies, so whatever stops `train`, SIGKILL included, stops every rank. Ctrl-C
+(or SIGTERM) stops the ranks and prints one line. A rank that fails for a reason it can name (a full disk) prints one
+line and exits REPORTED, which the launcher does not repeat; torchrun's own logging and error report stay quiet.
+"""
+
+import ctypes
+import errno
+import logging
+import os
+import shutil
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+LAUNCHER_PID = "TRAIN_LAUNCHER_PID"  # set by `train` for the ranks it launches
+REPORTED = 3  # a rank's exit code once it printed its one-line error
+_PR_SET_PDEATHSIG = 1
+
+
+def launch(argv: list[str], ranks: int) -> int:
+    """Run `python -m training ARGV` on `ranks` local ranks under torchrun's agent, in this process; the exit code."""
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    logging.disable(logging.CRITICAL)  # torchrun's notes and error report: this process says what it has to with print
+    os.environ[LAUNCHER_PID] = str(os.getpid())
+    args = torchrun.get_args_parser().parse_args(["--standalone", f"--nproc-per-node={ranks}", "-m", "training", *argv])
+    try:
+        torchrun.run(args)
+    except (SignalException, KeyboardInterrupt) as stop:
+        number = getattr(stop, "sigval", signal.SIGINT)
+        print(f"train: stopped by {signal.Signals(number).name}; every rank has ended: continue with --resume", file=sys.stderr)
+        return 128 + number
+    except ChildFailedError as failed:
+        unreported = {rank: failure.exitcode for rank, failure in failed.failures.items()
+                      if failure.exitcode not in (REPORTED, -signal.SIGTERM)}  # fmt: skip
+        if unreported:
+            rank, code = min(unreported.items())
+            how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"failed (exit code {code}): its error is above"
+            print(f"train: rank {rank} {how}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def tie_to_launcher() -> None:
+    """In a rank: die with the parent that started it (the torchrun agent), even by SIGKILL, and end quietly on the
+    SIGINT the agent forwards on Ctrl-C."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        launcher = os.environ.get(LAUNCHER_PID)
+        if launcher and os.getppid() != int(launcher):  # the launcher died before the line above
+            os._exit(1)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _free(path: str) -> str:
+    """Free space on the filesystem of `path` (or of its nearest existing folder)."""
+    folder = Path(path)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    return f"{free / 2**20:.1f} MiB" if free >= 2**20 else f"{free / 2**10:.0f} KiB"
+
+
+def error_line(error: OSError) -> str:
+    """One line for an OSError in a rank: a full disk says so, with the path and the free space left."""
+    from training.checkpoint import CheckpointError
+
+    what = "checkpoint " if isinstance(error, CheckpointError) else ""
+    if error.errno == errno.ENOSPC:
+        removed = " (removed)" if what else ""
+        return (f"disk full writing {what}{error.filename}{removed}: {_free(error.filename)} free there; free space, then "
+                "continue with --resume")
+    return f"cannot write {what}{error.filename}: {error.strerror}"
+
+
+def run_rank(train: Callable[[], None]) -> int:
+    """Run this rank's training; an OSError (a full disk, a file it cannot write) ends it with one line instead of a
+    traceback, printed by rank 0 alone for a checkpoint's (every rank raises it). Returns the exit code."""
+    from training.checkpoint import CheckpointError
+
+    try:
+        train()
+    except OSError as error:
+        if error.filename is None:  # not a file this rank writes: the traceback says more
+            raise
+        if os.environ.get("RANK", "0") == "0" or not isinstance(error, CheckpointError):
+            print(f"train: {error_line(error)}", file=sys.stderr)
+        return REPORTED
+    return 0
