@@ -20,6 +20,7 @@ from curation.io import read_json, remove_temporaries, write_json_atomic
 
 MANIFEST = "manifest.json"
 STAGE_DIR = re.compile(r"^\d{2}_[a-z0-9_]+$")  # 00_read, 07_dedup_exact, ...
+STAGE_PLACES = ("", "removed/", "work/", "reports/")  # where a stage writes: its folder under each of these
 
 
 def part_name(shard: int) -> str:
@@ -74,12 +75,12 @@ class RunFolder:
 
     def folders(self, stage_dir: str) -> list[str]:
         """Everything a stage wrote, relative to the root's filesystem path."""
-        return [self.path(f"{where}{stage_dir}") for where in ("", "removed/", "work/", "reports/")]
+        return [self.path(f"{where}{stage_dir}") for where in STAGE_PLACES]
 
     def stage_folders_on_disk(self) -> set[str]:
         """The stage folder names found under the run, wherever a stage writes (its parts, removed, work, reports)."""
         found = set()
-        for parent in (self.root, self.path("removed"), self.path("work"), self.path("reports")):
+        for parent in (self.path(where.rstrip("/")) if where else self.root for where in STAGE_PLACES):
             if self.fs.isdir(parent):
                 found |= {name.rstrip("/").rsplit("/", 1)[-1] for name in self.fs.ls(parent, detail=False)}
         return {name for name in found if STAGE_DIR.match(name)}

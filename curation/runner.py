@@ -112,6 +112,7 @@ class _Scheduler:
         self.writes = frozenset(range(count)) if materialize_all else frozenset(ends)
         self.segment_end = {k: min(end for end in ends if end >= k) for k in range(count)}
         self.result = RunResult(output=output, removed_stages=self.manifest.forgotten)
+        self.remove_stale_reports()
         self.passes: dict[int, dedup.PassContext] = {}
         self.pending: dict = {}  # Ray reference -> SegmentTask
         self.waiting: dict[int, list[int]] = {}  # barrier stage -> shards that reached it
@@ -119,6 +120,14 @@ class _Scheduler:
         # is not: a bad input fails the same way twice
         self.remote_segment = ray.remote(_segment_on_node)
         self.remote_pass_task = ray.remote(_pass_task_on_node).options(num_cpus=1, max_retries=TASK_RETRIES)
+
+    def remove_stale_reports(self) -> None:
+        """The report file of a stage an earlier recipe had (e.g. decontamination.parquet), gone with its stage."""
+        current = {STAGES[spec.stage].report_name for spec in self.recipe.stages}
+        for name in {stage_class.report_name for stage_class in STAGES.values()} - current - {None}:
+            stale = self.folder.path(f"{name}.parquet")
+            if self.folder.fs.exists(stale):
+                self.folder.fs.rm(stale)
 
     def run(self) -> None:
         for shard in range(len(self.inputs)):
@@ -256,11 +265,6 @@ class _Scheduler:
                 self.manifest.save()
         if fs.isdir(folder.path("work")) and not fs.ls(folder.path("work")):
             fs.rm(folder.path("work"), recursive=True)
-        current = {STAGES[spec.stage].report_name for spec in self.recipe.stages}
-        for stage_class in STAGES.values():  # the report of a stage an earlier recipe had
-            stale = folder.path(f"{stage_class.report_name}.parquet")
-            if stage_class.report_name and stage_class.report_name not in current and fs.exists(stale):
-                fs.rm(stale)
         for index, spec in enumerate(self.recipe.stages):  # a stage's report parts as one file, e.g. OUT/decontamination.parquet
             stage_class = STAGES[spec.stage]
             reports = folder.path(f"reports/{self.stage_dirs[index + 1]}")
