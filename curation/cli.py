@@ -23,7 +23,7 @@ def positive_int(value: str) -> int:
     return number
 
 
-def _input_arguments(parser: argparse.ArgumentParser) -> None:
+def input_arguments(parser: argparse.ArgumentParser) -> None:
     """What `curate run` and `curate ablate` read: files, a Common Crawl crawl, or the sample snapshot; and where Ray runs."""
     parser.add_argument("--input", action="append", metavar="PATH_OR_GLOB",
                         help="WARC/WET files: local paths, globs or fsspec URLs (s3://, https://); repeatable")  # fmt: skip
@@ -38,7 +38,7 @@ def _input_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sample-files", type=positive_int, default=SAMPLE_FILES, help="WARC files of the built-in sample snapshot")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(more: dict | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="curate",
         description="Curate web text: WARC -> extraction -> language ID -> ... as Parquet shards with stats.",
@@ -53,37 +53,13 @@ def _parser() -> argparse.ArgumentParser:
         "that stage and every stage after it.",
     )
     run.add_argument("recipe", help="built-in recipe name (e.g. fineweb-snapshot) or path to a recipe YAML")
-    _input_arguments(run)
+    input_arguments(run)
     run.add_argument("--output", help="run folder (default: runs/<recipe>)")
     run.add_argument("--keep-removed", action="store_true", help="also write dropped documents to OUT/removed/<stage>/")
     run.add_argument("--materialize-all", action="store_true",
                      help="write every stage's parts (for debugging); by default the stages between two dedup stages "
                      "run fused in memory and only the last one before each dedup stage and the final one are written")  # fmt: skip
 
-    ablate = commands.add_parser(
-        "ablate",
-        help="curate a recipe and its variants, train the same small model on each, compare them in one report",
-        description="Curates the base recipe and every variant on the same input (a variant reuses the base's stages "
-        "it shares), holds out validation documents from the input before curation, tokenizes all with one "
-        "tokenizer, trains the same model from the same seed for the same tokens on each (the base with several "
-        "seeds, to measure the noise), scores multiple-choice benchmarks by log-likelihood, and writes "
-        "OUT/report.html and OUT/results.json. A rerun resumes every step.",
-    )  # fmt: skip
-    ablate.add_argument("ablation", nargs="?", help="ablation YAML (base, variants, tokens, model, benchmarks, ...); "
-                        "flags override it")  # fmt: skip
-    ablate.add_argument("--base", help="base recipe (default fineweb-snapshot)")
-    ablate.add_argument("--variant", action="append", default=[], metavar="FILE",
-                        help="a variant YAML: `name`, `remove: [stage, ...]`, `set: {stage.param: value}`, or a whole "
-                        "recipe; repeatable")  # fmt: skip
-    ablate.add_argument("--tokens", type=positive_int, help="training tokens per run (default: 20 per parameter, "
-                        "capped so no variant repeats its tokens)")  # fmt: skip
-    ablate.add_argument("--model", help="training preset tiny|small|1b or a settings YAML (default tiny)")
-    ablate.add_argument("--seeds", type=positive_int, dest="noise_seeds", help="runs of the base with other seeds (default 2)")
-    ablate.add_argument("--benchmark", action="append", default=[], metavar="NAME=FORMAT:PATH",
-                        help="a multiple-choice benchmark, local file, e.g. arc=arc:ARC-Easy-Test.jsonl (formats "
-                        "hellaswag, arc, mmlu); repeatable")  # fmt: skip
-    ablate.add_argument("--out", default="runs/ablation", help="ablation folder (default runs/ablation)")
-    _input_arguments(ablate)
     stats = commands.add_parser("stats", help="print the funnel of a run folder")
     stats.add_argument("output", help="a folder written by `curate run`")
 
@@ -169,7 +145,6 @@ def _parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="render a run's figures (funnel, reasons, languages, ...) to static HTML")
     report.add_argument("output", help="a folder written by `curate run`")
-    report.add_argument("--training", metavar="TRAIN_OUT", help="also a training run's figures (the --out of `train`)")
     report.add_argument("--html", help="file to write (default: OUTPUT/report.html)")
 
     sample = commands.add_parser("sample", help="write the deterministic sample snapshot (WARC files + truth.parquet)")
@@ -177,6 +152,8 @@ def _parser() -> argparse.ArgumentParser:
     sample.add_argument("--files", type=int, default=SAMPLE_FILES)
     sample.add_argument("--seed", type=int, default=0)
     sample.add_argument("--out", required=True, help="folder to write into")
+    for name, (summary, add_arguments, _) in (more or {}).items():
+        add_arguments(commands.choices.get(name) or commands.add_parser(name, help=summary))
     return parser
 
 
@@ -265,7 +242,7 @@ class StageProgress:
         self.progress.update(self.tasks[key], completed=done)
 
 
-def _console() -> Console:
+def make_console() -> Console:
     """Full-width tables in logs and pipes too (rich falls back to 80 columns there)."""
     return Console() if sys.stdout.isatty() else Console(width=120)
 
@@ -275,7 +252,7 @@ def cmd_run(args) -> int:
     from curation.recipe import RecipeError, load_recipe
     from curation.run_folder import RunFolder
 
-    console = _console()
+    console = make_console()
     try:
         recipe = load_recipe(args.recipe)
     except RecipeError as error:
@@ -323,67 +300,6 @@ def cmd_run(args) -> int:
     return 0
 
 
-def cmd_ablate(args) -> int:
-    from curation import runner, stats
-    from curation.ablation import Ablation, load_ablation, load_variant, run_ablation
-    from curation.recipe import RecipeError, load_recipe
-
-    console = _console()
-    try:
-        variants = [load_variant(path) for path in args.variant] or None
-        benchmarks = [_benchmark_argument(text) for text in args.benchmark] or None
-        spec = load_ablation(args.ablation, base=args.base, variants=variants, tokens=args.tokens, model=args.model,
-                             noise_seeds=args.noise_seeds, benchmarks=benchmarks)  # fmt: skip
-        inputs, snapshot = resolve_inputs(args, console, load_recipe(spec.base).source.kind)
-        ablation = Ablation(spec, args.out, inputs, snapshot, log=console.print)
-    except (RecipeError, ValueError, OSError) as error:
-        print(f"curate: {error}", file=sys.stderr)
-        return 2
-
-    def curate(recipe, inputs: list[str], output: str, snapshot: str) -> None:
-        result = runner.run(recipe, inputs, output, snapshot, materialize_all=True, ray_address=args.ray_address,
-                            num_cpus=args.num_cpus)  # fmt: skip
-        if result.failures:
-            raise RuntimeError(f"curating {recipe.name}: {len(result.failures)} shard(s) failed, e.g. {result.failures[0].error}")
-        if result.skipped_shards:
-            console.print(f"resumed: {result.skipped_shards} stage-shard(s) were already done and skipped")
-        stats.print_funnel(stats.load(output), console)
-
-    try:
-        results = run_ablation(ablation, curate)
-    except (RecipeError, RuntimeError, ValueError) as error:
-        print(f"curate: {error}", file=sys.stderr)
-        return 1
-    _print_ablation(results, console)
-    console.print(f"report: {Path(args.out) / 'report.html'} ({results['wall_seconds']:.0f} s)")
-    return 0
-
-
-def _benchmark_argument(text: str) -> dict:
-    name, _, rest = text.partition("=")
-    form, _, path = rest.partition(":")
-    if not (name and form and path):
-        raise ValueError(f"--benchmark {text!r}: give NAME=FORMAT:PATH, e.g. arc=arc:ARC-Easy-Test.jsonl")
-    return {"name": name, "format": form, "path": path}
-
-
-def _print_ablation(results: dict, console: Console) -> None:
-    from rich.table import Table
-
-    from curation.ablation_report import comparison_table
-
-    frame = comparison_table(results)
-    table = Table(title=f"Ablation: {results['budget']['tokens']:,} tokens per run; seed noise in val loss "
-                        f"{results['noise']['val_loss']:.4f}")  # fmt: skip
-    table.add_column("variant")
-    for column in frame.columns:
-        table.add_column(str(column), justify="right")
-    for name, row in frame.iterrows():
-        table.add_row(str(name), *(f"{value:.4f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int)
-                                   else str(value) for value in row))  # fmt: skip
-    console.print(table)
-
-
 def cmd_stats(args) -> int:
     from curation import stats
 
@@ -392,7 +308,7 @@ def cmd_stats(args) -> int:
     except FileNotFoundError as error:
         print(f"curate: {error}", file=sys.stderr)
         return 2
-    console = _console()
+    console = make_console()
     stats.print_funnel(frame, console)
     stats.print_passes(stats.load_passes(args.output), console)
     return 0
@@ -417,7 +333,7 @@ def cmd_tokenize(args) -> int:
         for source, counts in stats["sources"].items():
             table.add_row(f"{run_dir}/tokens", source, f"{counts['documents']:,}", f"{counts['tokens']:,}",
                           f"{counts['validation_documents']:,}", f"{counts['validation_tokens']:,}")  # fmt: skip
-    _console().print(table)
+    make_console().print(table)
     return 0
 
 
@@ -499,7 +415,7 @@ def _nested_cv(quality, examples: list[tuple[str, int]], args) -> int:
     mean = {name: sum(getattr(r, name) for r in results) / len(results) for name in names}
     table.add_row("mean", "", f"{mean['inner_auc']:.3f}", f"[bold]{mean['auc']:.3f}[/]", f"[bold]{mean['combined_auc']:.3f}[/]",
                   f"{mean['length_auc']:.3f}")  # fmt: skip
-    _console().print(table)
+    make_console().print(table)
     return 0
 
 
@@ -517,7 +433,7 @@ def cmd_decontam(args) -> int:
 
     from filters.benchmark_index import FORMATS, SHIPPED, BenchmarkSpec, NgramIndex
 
-    console = _console()
+    console = make_console()
     if args.decontam_command == "formats":
         table = Table(title="Built-in benchmark formats")
         for column in ("format", "fields (alternatives with |)", "choices (a candidate each)", "item id", "ships"):
@@ -555,7 +471,7 @@ def cmd_report(args) -> int:
     from curation.report import render_html
 
     try:
-        page = render_html(args.output, args.training)
+        page = render_html(args.output, getattr(args, "also", []))
     except FileNotFoundError as error:
         print(f"curate: {error}", file=sys.stderr)
         return 2
@@ -570,13 +486,18 @@ def cmd_report(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, more: dict | None = None) -> int:
+    """`more`: commands of the package above curation (`experiments`: ablate, and report with training runs), each
+    {name: (help, add its arguments to the subparser, run it)}; an existing command's parser gets the arguments and
+    the new run."""
     from curation.io import disk_full
 
-    args = _parser().parse_args(argv)
-    commands = {"run": cmd_run, "ablate": cmd_ablate, "stats": cmd_stats, "tokenize": cmd_tokenize, "quality": cmd_quality, "decontam": cmd_decontam}
+    args = _parser(more).parse_args(argv)
+    commands = {"run": cmd_run, "stats": cmd_stats, "tokenize": cmd_tokenize, "quality": cmd_quality, "decontam": cmd_decontam,
+                "report": cmd_report, "sample": cmd_sample}  # fmt: skip
+    commands |= {name: run for name, (_, _, run) in (more or {}).items()}
     try:
-        return {**commands, "report": cmd_report, "sample": cmd_sample}[args.command](args)
+        return commands[args.command](args)
     except OSError as error:
         message = disk_full(error, getattr(args, "output", None) or getattr(args, "out", None) or os.getcwd())
         if message is None:

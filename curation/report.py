@@ -258,13 +258,12 @@ def _sections_html(folder: str, sections) -> list[str]:
     return parts
 
 
-def render_html(run: str, training_run: str | None = None) -> str:
-    """One static page: every section of the curation run, then the training run's, when given."""
+def render_html(run: str, also: list[tuple[str, str, list]] = ()) -> str:
+    """One static page: every section of the curation run, then those of `also`'s (heading, folder, sections), e.g.
+    a training run's, which `experiments` adds (curation knows nothing of training)."""
     parts = [f"<html><head><meta charset='utf-8'><title>Report: {html.escape(run)}</title></head><body>",
              f"<h1>Curation run {html.escape(run)}</h1>", *_sections_html(run, SECTIONS)]  # fmt: skip
-    if training_run:
-        from training import plots
-
-        parts += [f"<h1>Training run {html.escape(training_run)}</h1>", *_sections_html(training_run, plots.SECTIONS)]
+    for heading, folder, sections in also:
+        parts += [f"<h1>{html.escape(heading)}</h1>", *_sections_html(folder, sections)]
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -15,8 +15,8 @@ import pyarrow as pa
 
 from curation.io import read_json, read_parquet, write_json_atomic, write_parquet_atomic, write_text_atomic
 from curation.run_folder import final_stage_dir
-from training.shard_contract import EOS_TOKEN as EOS
-from training.shard_contract import SPLIT_COLUMN, TOKEN_SCHEMA, TOKENIZER_FILE, TRAIN, VALIDATION, held_out
+from shard_contract import EOS_TOKEN as EOS
+from shard_contract import SPLIT_COLUMN, TOKEN_SCHEMA, TOKENIZER_FILE, TRAIN, VALIDATION, held_out
 
 METADATA_COLUMNS = ("bucket", "quality_score", "language", "repository", "repo_has_tests")
 TOKENS_DIR = "tokens"

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from curation.ablation import AblationSpec, VariantSpec, variant_recipe
+from experiments.ablation import AblationSpec, VariantSpec, variant_recipe
 from curation.recipe import RecipeError, load_recipe
 from curation.sources import sample
 from filters.benchmark_index import BenchmarkSpec, ChoiceItem, load_choice_items
 from training.choices import choice_log_likelihoods, score, wilson_interval
 
-CURATE = [sys.executable, "-m", "curation"]
+CURATE = [sys.executable, "-m", "experiments"]
 ENDINGS = ["the report was published on time", "purple elephants sing loudly", "it rained in the city all day"]
 
 
@@ -36,8 +36,8 @@ def test_variants_leave_out_or_change_stages_and_errors_name_the_field():
 
 
 def test_ablation_files_and_flags_are_validated_with_errors_that_name_the_field(tmp_path, capsys):
-    from curation.ablation import load_ablation, load_variant
-    from curation.cli import main
+    from experiments.ablation import load_ablation, load_variant
+    from experiments.cli import curate_main as main
 
     variant = tmp_path / "strict.yaml"
     variant.write_text("set: {quality.threshold: 0.8}\n")

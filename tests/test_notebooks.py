@@ -85,7 +85,7 @@ def test_curate_report_has_every_section(runs):
     from training.plots import SECTIONS as TRAINING
 
     html_file = runs[0] / "report.html"
-    run("curation", "report", str(runs[0]), "--training", str(runs[1]), cwd=runs[0].parent)
+    run("experiments", "report", str(runs[0]), "--training", str(runs[1]), cwd=runs[0].parent)
     page = html_file.read_text()
     for title, _, _ in SECTIONS + TRAINING:
         assert f"<h2>{title}</h2>" in page, title

@@ -48,7 +48,7 @@ def test_a_folder_that_is_not_a_run_is_named(tmp_path, capsys):
 
 
 def test_tokenize_holds_out_a_validation_slice_by_id_hash(tmp_path, capsys):
-    from training.shard_contract import held_out
+    from shard_contract import held_out
 
     texts = [f"document number {i} says something about topic {i % 7}" for i in range(400)]
     web = curated_run(tmp_path / "web", "web", texts)

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from curation.sources import sample
-from training.shard_contract import TOKEN_SCHEMA
+from shard_contract import TOKEN_SCHEMA
 from training import metrics
 
 pytestmark = pytest.mark.slow

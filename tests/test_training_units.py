@@ -19,7 +19,7 @@ import torch
 from pydantic import ValidationError
 
 from curation.tokenize import EOS, train_tokenizer
-from training.shard_contract import TOKEN_SCHEMA
+from shard_contract import TOKEN_SCHEMA
 from training.attention import _sdpa, choose_attention
 from training.data import MixtureLoader, choose_sources
 from training.mixture import MixtureError, PhaseShape, load_mixture
@@ -380,7 +380,7 @@ def test_one_tokenizer_check_compares_content_and_old_states_load(three_sources,
 
 def test_held_out_slice_is_by_id_hash_never_trained_on_and_the_same_for_every_seed(three_sources, tmp_path):
     from training.data import ValidationSet
-    from training.shard_contract import SPLIT_COLUMN, held_out
+    from shard_contract import SPLIT_COLUMN, held_out
 
     mixture, eos = three_sources
     ids = [f"doc-{i}" for i in range(20_000)]
@@ -389,7 +389,7 @@ def test_held_out_slice_is_by_id_hash_never_trained_on_and_the_same_for_every_se
     # the same ids in other processes (another hash seed: Python's hash() would differ there) are held out alike
     here = [held_out(i, 0.05) for i in ids[:2000]]
     for hash_seed in ("1", "2"):
-        other = subprocess.run([sys.executable, "-c", "import json, sys; from training.shard_contract import held_out; "
+        other = subprocess.run([sys.executable, "-c", "import json, sys; from shard_contract import held_out; "
                                 f"print(json.dumps([held_out(f'doc-{{i}}', 0.05) for i in range(2000)]))"],
                                env={**os.environ, "PYTHONHASHSEED": hash_seed}, capture_output=True, text=True, check=True)  # fmt: skip
         assert json.loads(other.stdout) == here

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from training.export import find_checkpoint, load_model
-from training.shard_contract import TOKENIZER_FILE
+from shard_contract import TOKENIZER_FILE
 
 
 @dataclass

@@ -27,7 +27,7 @@ import torch
 
 from training import storage
 from training.mixture import Mixture, PhaseShape, SourceFilter
-from training.shard_contract import SPLIT_COLUMN, VALIDATION
+from shard_contract import SPLIT_COLUMN, VALIDATION
 
 VALIDATION_SEED = 0  # the held-out order, the same for every run
 

@@ -19,7 +19,7 @@ import torch.distributed.checkpoint as dcp
 from training import checkpoint
 from training.model import ModelConfig, Transformer
 from training.rope import hf_rope_scaling
-from training.shard_contract import EOS_TOKEN, TOKENIZER_FILE
+from shard_contract import EOS_TOKEN, TOKENIZER_FILE
 
 MODEL_FILE = "model.json"  # the run's ModelConfig, written by `train` beside its checkpoints
 SHARD_BYTES = 5 * 1024**3  # transformers' default max_shard_size

@@ -11,7 +11,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from training import storage
-from training.shard_contract import TOKENIZER_FILE
+from shard_contract import TOKENIZER_FILE
 
 
 class MixtureError(ValueError):

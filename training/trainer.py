@@ -24,7 +24,7 @@ from training.mixture import Mixture
 from training.model import Transformer, flops_per_token
 from training.parallelize import parallelize
 from training.schedule import lr_at
-from training.shard_contract import EOS_TOKEN, TOKENIZER_FILE
+from shard_contract import EOS_TOKEN, TOKENIZER_FILE
 
 log = logging.getLogger("train")
 

@@ -37,7 +37,7 @@ from curation.recipe import Recipe, RecipeError, load_recipe, parse_recipe
 from curation.run_folder import MANIFEST
 from curation.tokenize import TOKENS_DIR, curated_parts, train_tokenizer, write_tokens
 from filters.benchmark_index import BenchmarkSpec, load_choice_items
-from training.shard_contract import TOKENIZER_FILE, held_out
+from shard_contract import TOKENIZER_FILE, held_out
 
 BASE = "base"
 LOCAL = fsspec.filesystem("file")  # an ablation's folder is local: its variants share files by hard links
@@ -323,7 +323,7 @@ def share_stages(base_dir: Path, variant_dir: Path, shared: list[str]) -> None:
 
 def run_ablation(ablation: Ablation, run_recipe) -> dict:
     """Every step (each resumed where its output is there), then OUT/results.json and OUT/report.html."""
-    from curation.ablation_report import render
+    from experiments.ablation_report import render
 
     started = time.perf_counter()
     ablation.check_same_ablation()

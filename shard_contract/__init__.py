@@ -1,5 +1,5 @@
 """The token-shard contract between `curate tokenize` (which writes shards) and `train` (which reads them), named
-once: curation imports it from here, and training imports nothing from curation."""
+once: both import it from here, and neither imports the other."""
 
 import hashlib
 

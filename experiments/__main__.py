@@ -1,0 +1,5 @@
+import sys
+
+from experiments.cli import curate_main
+
+sys.exit(curate_main())
