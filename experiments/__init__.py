@@ -1,0 +1,1 @@
+"""Experiments above curation and training: ladders, scaling-law fits and data ablations."""
