@@ -25,8 +25,13 @@ def _axis(figure: Figure, title: str, xlabel: str, ylabel: str):
     return axis
 
 
+def _legend_beside(axis, title: str) -> None:
+    """A legend right of the plot: a ladder has many sizes and the curves fill the axes."""
+    axis.legend(title=title, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
+
+
 def loss_flops_figure(points: list[dict]) -> Figure:
-    figure = Figure(figsize=(8, 4.5))
+    figure = Figure(figsize=(9, 4.5))
     axis = _axis(figure, "validation loss per rung (hollow: held out of the fit)", "FLOPs", "validation loss")
     for size, rungs in _by_size(points).items():
         line = axis.plot([p["flops"] for p in rungs], [p["val_loss"] for p in rungs], marker="o", label=size)[0]
@@ -34,7 +39,7 @@ def loss_flops_figure(points: list[dict]) -> Figure:
         axis.scatter([p["flops"] for p in held], [p["val_loss"] for p in held], s=120, facecolors="none",
                      edgecolors=line.get_color(), zorder=3)  # fmt: skip
     axis.set_xscale("log")
-    axis.legend(title="model size")
+    _legend_beside(axis, "model size")
     figure.tight_layout()
     return figure
 
@@ -43,7 +48,7 @@ def isoflop_figure(summary: dict) -> Figure | None:
     groups = summary["approach2"]["groups"]
     if not groups:
         return None
-    figure = Figure(figsize=(8, 4.5))
+    figure = Figure(figsize=(9, 4.5))
     axis = _axis(figure, "IsoFLOP curves: parabola in log N and its minimum (x: outside the sampled sizes)",
                  "parameters N", "validation loss")  # fmt: skip
     for group in groups:
@@ -53,14 +58,14 @@ def isoflop_figure(summary: dict) -> Figure | None:
         axis.scatter([group["N_opt"]], [group["L_opt"]], marker="*" if group["inside"] else "x", s=160,
                      color=line.get_facecolor()[0], edgecolors="black", zorder=3)  # fmt: skip
     axis.set_xscale("log")
-    axis.legend()
+    _legend_beside(axis, "compute group")
     figure.tight_layout()
     return figure
 
 
 def law_figure(summary: dict, points: list[dict]) -> Figure:
     law = Law(**summary["law"])
-    figure = Figure(figsize=(8, 4.5))
+    figure = Figure(figsize=(9, 4.5))
     axis = _axis(figure, f"fitted law L = E + A/N^alpha + B/D^beta (N: {summary['n_used']})", "training tokens D",
                  "validation loss")  # fmt: skip
     for size, rungs in _by_size(points).items():
@@ -69,7 +74,7 @@ def law_figure(summary: dict, points: list[dict]) -> Figure:
         curve = np.geomspace(min(tokens) / 2, max(tokens) * 2, 50)
         axis.plot(curve, law.loss(rungs[0]["params"], curve), color=line.get_facecolor()[0])
     axis.set_xscale("log")
-    axis.legend(title="model size")
+    _legend_beside(axis, "model size")
     figure.tight_layout()
     return figure
 

@@ -2,8 +2,9 @@
 
 Approach 3 follows Besiroglu et al. 2024 ("Chinchilla Scaling: A replication attempt"): L = E + A/N^alpha + B/D^beta,
 fitted in log space (a = log A, b = log B, e = log E) by minimizing the Huber loss (delta 1e-3) of
-logsumexp(a - alpha log N, b - beta log D, e) - log L with L-BFGS-B from every point of a grid of initial values,
-with bootstrap intervals over the points. Pure numpy and scipy, so it is tested against published numbers alone.
+logsumexp(a - alpha log N, b - beta log D, e) - log L with L-BFGS from every point of a grid of initial values
+(run as one numpy batch; the best few are then run on by scipy's L-BFGS-B to tight tolerances), with bootstrap
+intervals over the points. Pure numpy and scipy, so it is tested against published numbers alone.
 """
 
 import itertools
@@ -80,62 +81,63 @@ def _objectives(theta, log_N, log_D, log_L, delta):
     return huber(residuals, delta).sum(1), gradient
 
 
-def _batched_lbfgs(theta, log_N, log_D, log_L, delta, iterations: int = 400, memory: int = 10):
-    """L-BFGS (two-loop recursion, backtracking Armijo line search) run on every row of theta at once.
+def _dot(x, y):
+    return np.einsum("ij,ij->i", x, y)
 
-    Each start follows its own path as scipy's runs would; batching them is what makes hundreds of starts cheap.
+
+def _lbfgs_direction(gradient, steps, changes):
+    """The two-loop recursion of L-BFGS per row, falling back to a short steepest-descent step where it points uphill."""
+    direction = -gradient
+    coefficients = []
+    for step, change in zip(reversed(steps), reversed(changes)):
+        rho = _safe_inverse(_dot(step, change))  # 0 for a pair without positive curvature: it is skipped
+        coefficients.append((rho, rho * _dot(step, direction)))
+        direction = direction - coefficients[-1][1][:, None] * change
+    steepest = 0.1 / np.maximum(np.abs(gradient).max(1), 1e-300)
+    scale = _dot(steps[-1], changes[-1]) * _safe_inverse(_dot(changes[-1], changes[-1])) if steps else steepest
+    direction = direction * scale[:, None]
+    for step, change, (rho, coefficient) in zip(steps, changes, reversed(coefficients)):
+        direction = direction + (coefficient - rho * _dot(change, direction))[:, None] * step
+    uphill = _dot(gradient, direction) >= 0
+    direction[uphill] = -gradient[uphill] * steepest[uphill, None]
+    return direction
+
+
+def _batched_lbfgs(theta, log_N, log_D, log_L, delta, iterations: int = 400, memory: int = 10):
+    """L-BFGS (two-loop recursion, backtracking Armijo line search) run from every row of theta at once.
+
+    Each start follows its own path, as separate scipy runs would; batching them is what makes hundreds of starts
+    cheap (one scipy run costs milliseconds of Python per iteration). A start stops when its step no longer lowers
+    the objective.
     """
     theta = np.array(theta, dtype=float)
     value, gradient = _objectives(theta, log_N, log_D, log_L, delta)
     steps, changes = [], []
     active = np.ones(len(theta), dtype=bool)
     for _ in range(iterations):
-        direction = -gradient
-        coefficients = []
-        for step, change in reversed(list(zip(steps, changes))):
-            rho = _safe_inverse(np.einsum("ij,ij->i", step, change))
-            coefficient = rho * np.einsum("ij,ij->i", step, direction)
-            direction = direction - coefficient[:, None] * change
-            coefficients.append((rho, coefficient))
-        if steps:
-            step, change = steps[-1], changes[-1]
-            direction *= (np.einsum("ij,ij->i", step, change) * _safe_inverse(np.einsum("ij,ij->i", change, change)))[:, None]
-        else:
-            direction *= (0.1 / np.maximum(np.abs(gradient).max(1), 1e-300))[:, None]
-        for (step, change), (rho, coefficient) in zip(zip(steps, changes), reversed(coefficients)):
-            correction = rho * np.einsum("ij,ij->i", change, direction)
-            direction = direction + (coefficient - correction)[:, None] * step
-        slope = np.einsum("ij,ij->i", gradient, direction)
-        uphill = slope >= 0
-        direction[uphill] = -gradient[uphill] * (0.1 / np.maximum(np.abs(gradient[uphill]).max(1), 1e-300))[:, None]
-        slope = np.einsum("ij,ij->i", gradient, direction)
+        direction = _lbfgs_direction(gradient, steps, changes)
+        slope = _dot(gradient, direction)
         length = np.where(active, 1.0, 0.0)
         accepted = ~active
         new_theta, new_value, new_gradient = theta.copy(), value.copy(), gradient.copy()
-        for _ in range(40):
-            trying = ~accepted
-            if not trying.any():
+        for _ in range(16):
+            trying = np.flatnonzero(~accepted)
+            if not len(trying):
                 break
             candidate = theta[trying] + length[trying, None] * direction[trying]
             data = [x[trying] if np.ndim(x) == 2 else x for x in (log_N, log_D, log_L)]
             candidate_value, candidate_gradient = _objectives(candidate, *data, delta)
             good = np.isfinite(candidate_value) & (candidate_value <= value[trying] + 1e-4 * length[trying] * slope[trying])
-            index = np.flatnonzero(trying)
-            new_theta[index[good]], new_value[index[good]] = candidate[good], candidate_value[good]
-            new_gradient[index[good]] = candidate_gradient[good]
-            accepted[index[good]] = True
-            length[index[~good]] /= 2
-        moved = accepted & active
+            new_theta[trying[good]], new_value[trying[good]] = candidate[good], candidate_value[good]
+            new_gradient[trying[good]] = candidate_gradient[good]
+            accepted[trying[good]] = True
+            length[trying[~good]] /= 8
         step, change = new_theta - theta, new_gradient - gradient
-        active = moved & (np.abs(step).max(1) > 1e-12) & (value - new_value > 1e-16 * np.maximum(value, 1e-300))
+        active &= accepted & (np.abs(step).max(1) > 1e-12) & (value - new_value > 1e-16 * np.maximum(value, 1e-300))
         theta, value, gradient = new_theta, new_value, new_gradient
         if not active.any():
             break
-        steps.append(step)
-        changes.append(change)
-        if len(steps) > memory:
-            steps.pop(0)
-            changes.pop(0)
+        steps, changes = (steps + [step])[-memory:], (changes + [change])[-memory:]
     return theta, value
 
 
