@@ -1,0 +1,37 @@
+"""experiments/ladder_report.py: the page shows every figure and the summary's own numbers."""
+
+import base64
+import html
+import re
+
+from experiments import ladder_report, scaling_fit
+from tests.test_scaling_fit import ladder_points
+
+
+def test_page_has_the_figures_and_the_numbers_of_the_summary():
+    points = ladder_points()
+    summary = scaling_fit.summarize(points, budgets=[1e21, 3e23], samples=10)
+    page = ladder_report.render(summary, points, "Ladder <test>")
+    images = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", page)
+    # loss against FLOPs, the law, the IsoFLOP curves, the frontier and the forecast
+    assert len(images) == 5 and all(base64.b64decode(image).startswith(b"\x89PNG") for image in images)
+    assert "Ladder &lt;test&gt;" in page and "not in this ladder" not in page
+    assert f"{summary['law']['alpha']:.4g}" in page and f"{summary['law']['beta']:.4g}" in page
+    low, high = summary["intervals"]["alpha"]
+    assert f"[{low:.4g}, {high:.4g}]" in page
+    (forecast,) = summary["forecast"]
+    assert f"{forecast['predicted']:.4f}" in page and f"{forecast['relative_error']:+.2%}" in page
+    for row in summary["budgets"]:
+        assert f"{row['flops']:.3g}" in page and f"{row['params']:.4g}" in page and f"{row['loss']:.4f}" in page
+    assert f"{summary['disagreement']['a_difference']:+.4f}" in page
+    assert html.escape(summary["note"]) in page
+
+
+def test_page_without_isoflop_groups_or_held_out_rungs_says_so():
+    points = [dict(p, held_out=False) for p in ladder_points()]
+    summary = scaling_fit.summarize(points, samples=4)
+    summary["approach2"] = {"groups": [], "why": "0 compute group(s) with >= 3 sizes bracket their minimum"}
+    summary["disagreement"] = {"why": summary["approach2"]["why"]}
+    page = ladder_report.render(summary, points, "ladder")
+    assert page.count("data:image/png") == 3 and page.count("not in this ladder") == 2
+    assert "Approach 2 (IsoFLOP parabolas) not fitted: 0 compute group(s)" in page
