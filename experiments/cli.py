@@ -1,6 +1,7 @@
 """The `curate` and `train` commands with the experiments that join both: `curate ablate`, `train ladder`, and
 `curate report --training`. The console scripts start here, so curation and training never import each other."""
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -38,9 +39,24 @@ def add_ablate_arguments(ablate) -> None:
 
 def add_report_arguments(report) -> None:
     report.add_argument("--training", metavar="TRAIN_OUT", help="also a training run's figures (the --out of `train`)")
+    report.description = "A curation run's figures (plus a training run's with --training), or, given a `train ladder` " \
+        "folder, the ladder's: loss against FLOPs, IsoFLOP curves, the fitted law, the compute-optimal frontier, the forecast."
 
 
 def cmd_report(args) -> int:
+    """A curation run's report (with a training run's figures), or a ladder folder's (it has fit.json)."""
+    fit = Path(args.output) / "fit.json"
+    if fit.is_file():
+        import json
+
+        from curation.io import write_text_atomic
+        from experiments.ablation import LOCAL
+        from experiments.ladder import report_html
+
+        target = str(args.html or Path(args.output) / "report.html")
+        write_text_atomic(LOCAL, target, report_html(json.loads(fit.read_text())))
+        print(f"report: {target}")
+        return 0
     if args.training:
         from training import plots
 
@@ -117,7 +133,108 @@ def curate_main(argv: list[str] | None = None) -> int:
     return curation_cli.main(argv, CURATE_COMMANDS)
 
 
+def _numbers(text: str) -> list[float]:
+    try:
+        return [float(value) for value in text.split(",") if value.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+
+
+def _ladder_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="train ladder",
+        description="Train a model ladder on a mixture: IsoFLOP sets (every width at every compute budget; a width's "
+        "depth and heads by one shape rule), each rung a `train` run scored on the mixture's held-out documents; fit "
+        "Chinchilla's law L = E + A/N^alpha + B/D^beta (Approach 3, as Besiroglu et al. 2024 refit it, with bootstrap "
+        "intervals) and the IsoFLOP parabolas (Approach 2) as a cross-check; then forecast one larger held-out rung "
+        "(the fitted compute-optimal size at holdout_factor x the largest budget) before training it and report the "
+        "error. N is counted both ways (total, non-embedding). Writes OUT/fit.json and OUT/report.html; a rerun skips "
+        "finished rungs and resumes a killed one from its checkpoint.",
+    )
+    parser.add_argument("ladder", nargs="?", default="cpu", help="a ladder YAML of LadderSpec fields, or a preset: cpu (the "
+                        "default: widths 48-128, budgets 1e12-4e12 FLOPs, ~15 min on 2 cores) or gpu (widths 384-1536, "
+                        "budgets 1e18-1e19); flags override it")  # fmt: skip
+    parser.add_argument("--mixture", help="mixture YAML (the cpu preset's data: mixtures/ladder_code.yaml)")
+    parser.add_argument("--out", default="runs/ladder", help="ladder folder (default runs/ladder)")
+    parser.add_argument("--widths", type=_numbers, help="model widths, e.g. 48,64,96,128 (at least 4)")
+    parser.add_argument("--budgets", type=_numbers, help="IsoFLOP compute budgets in FLOPs, e.g. 1e12,2e12,4e12 (at least 3)")
+    parser.add_argument("--holdout-factor", type=float, dest="holdout_factor", help="held-out rung's compute over the largest budget")
+    parser.add_argument("--parallel", type=positive_int, help="rungs trained side by side (default 2: one per core)")
+    parser.add_argument("--ranks", type=positive_int, help="processes per rung (default 1)")
+    parser.add_argument("--count", choices=["total", "non_embedding"], help="the N of the forecast and headline (default total)")
+    parser.add_argument("--budget", type=float, action="append", dest="budget_queries",
+                        help="a compute budget to answer (N, D, tokens per parameter, expected loss), e.g. 1e21; repeatable")  # fmt: skip
+    parser.add_argument("--plan", action="store_true", help="print the rungs and their cost, train nothing")
+    return parser
+
+
+def cmd_ladder(argv: list[str]) -> int:
+    from experiments.ladder import Ladder, load_ladder, run_ladder
+
+    args = _ladder_parser().parse_args(argv)
+    console = make_console()
+    try:
+        widths = [int(width) for width in args.widths] if args.widths else None
+        spec = load_ladder(args.ladder, mixture=args.mixture, widths=widths, budgets=args.budgets, count=args.count,
+                           holdout_factor=args.holdout_factor, parallel=args.parallel, ranks=args.ranks,
+                           budget_queries=args.budget_queries)  # fmt: skip
+        ladder = Ladder(spec, args.out, log=console.print)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"train ladder: {error}", file=sys.stderr)
+        return 2
+    if args.plan:
+        _print_rungs(ladder, console)
+        return 0
+    try:
+        summary = run_ladder(ladder)
+    except (RuntimeError, ValueError) as error:
+        print(f"train ladder: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"train ladder: stopped; rerun the same command to resume (finished rungs are kept in {args.out}/results)",
+              file=sys.stderr)  # fmt: skip
+        return 130
+    _print_fit(summary, console)
+    console.print(f"fit: {Path(args.out) / 'fit.json'}, report: {Path(args.out) / 'report.html'} ({summary['wall_seconds']:.0f} s)")
+    return 0
+
+
+def _print_rungs(ladder, console: Console) -> None:
+    from rich.table import Table
+
+    from experiments.ladder import GPU_MFU, GPU_PEAK_FLOPS, shape
+
+    table = Table(title=f"Ladder on {ladder.spec.mixture}: {len(ladder.rungs)} rungs plus one held-out rung at "
+                        f"{ladder.spec.holdout_factor:g} x {max(ladder.spec.budgets):.2g} FLOPs (its size chosen by the fit)")  # fmt: skip
+    for column in ("rung", "width", "layers", "N total", "N non-embedding", "tokens", "tokens/param", "FLOPs"):
+        table.add_column(column, justify="left" if column == "rung" else "right")
+    for rung in ladder.rungs:
+        table.add_row(rung.name, str(rung.width), str(shape(ladder.spec, rung.width)["n_layers"]), f"{rung.params_total:,}",
+                      f"{rung.params_non_embedding:,}", f"{rung.tokens:,}", f"{rung.tokens / rung.params_total:.1f}",
+                      f"{rung.flops:.2e}")  # fmt: skip
+    console.print(table)
+    flops = sum(rung.flops for rung in ladder.rungs) + ladder.spec.holdout_factor * max(ladder.spec.budgets)
+    console.print(f"{flops:.2e} FLOPs in all: {flops / (GPU_PEAK_FLOPS * GPU_MFU) / 3600:.2g} GPU-hours on H100s at "
+                  f"{GPU_MFU:.0%} MFU (dense bf16 peak {GPU_PEAK_FLOPS:.3g} FLOP/s)")  # fmt: skip
+
+
+def _print_fit(summary: dict, console: Console) -> None:
+    fit = summary["fits"][summary["count"]]
+    law, intervals = fit["law"], fit["intervals"]
+    console.print(f"fitted law (N = {summary['count']} parameters): L = E + A/N^alpha + B/D^beta")
+    for name in ("E", "A", "alpha", "B", "beta"):
+        low, high = intervals[name]
+        console.print(f"  {name:5s} {law[name]:.4g}  95% [{low:.4g}, {high:.4g}]")
+    forecast = summary["forecast"]
+    low, high = forecast["interval"]
+    console.print(f"held-out rung {forecast['run']}: forecast {forecast['predicted_loss']:.4f} [{low:.4f}, {high:.4f}], "
+                  f"measured {forecast['measured_loss']:.4f}: error {forecast['relative_error']:+.2%}")  # fmt: skip
+
+
 def train_main(argv: list[str] | None = None) -> int:
     from training import cli as training_cli
 
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["ladder"]:
+        return cmd_ladder(argv[1:])
     return training_cli.main(argv)

@@ -1,0 +1,336 @@
+"""`train ladder`: a model ladder on one mixture, IsoFLOP sets of rungs trained with the existing trainer, a
+Chinchilla fit of their validation losses, and one larger rung forecast before it is trained.
+
+```
+OUT/ladder.json            the ladder as given; a rerun into OUT must give the same one (then it resumes)
+OUT/configs/<rung>.yaml    the training settings of each rung (its shape by the rule below)
+OUT/runs/<rung>/           a `train` run per rung (its log beside it); a killed rung resumes from its checkpoint
+OUT/results/<rung>.json    a finished rung: N both ways, tokens, FLOPs, final validation loss, seconds
+OUT/forecast.json          the held-out rung's predicted loss, written before that rung trains
+OUT/fit.json, OUT/report.html
+```
+The shape rule (OLMo's ladder picks depth, width and heads from a table; ours is one line so any width is a rung):
+`n_layers = max(1, round(width / aspect))`, `n_heads = n_kv_heads = max(1, width // head_dim)`, `ffn_hidden` = 8/3 x
+width rounded up to a multiple of 16, tied embeddings. N counts both ways: total (Chinchilla: every parameter) and
+non-embedding (Kaplan); a rung's FLOPs are the model's FLOPs per token (6N plus attention, training.model) x tokens.
+"""
+
+import ctypes
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from curation.io import write_json_atomic, write_text_atomic
+from experiments import scaling_fit
+from experiments.ablation import LOCAL
+from experiments.spec_file import load_spec
+
+COUNTS = {"total": "params_total", "non_embedding": "params_non_embedding"}  # Chinchilla's N, Kaplan's N
+PR_SET_PDEATHSIG = 1
+GPU_PEAK_FLOPS, GPU_MFU = 989e12, 0.4  # H100 SXM dense bf16; a planning MFU for GPU-hour estimates
+
+
+class LadderSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mixture: str = Field(description="mixture YAML whose sources every rung trains on (its validation set scores them)")
+    widths: list[int] = Field([32, 48, 64, 96], min_length=4, description="model widths: one model size each")
+    budgets: list[float] = Field([1e12, 2e12, 4e12], min_length=3, description="IsoFLOP budgets: every width at each")
+    holdout_factor: float = Field(2.0, gt=1, description="the held-out rung's compute, times the largest budget")
+    aspect: int = Field(32, gt=0, description="width per layer: n_layers = round(width / aspect)")
+    head_dim: int = Field(16, gt=0)
+    seq_len: int = Field(128, gt=0)
+    global_batch: int = Field(16, gt=0)
+    lr: float = Field(3e-3, gt=0)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    warmup_fraction: float = Field(0.05, ge=0, lt=1)
+    eval_sequences: int = Field(256, gt=0, description="held-out sequences per source scored at the end of each rung")
+    seed: int = 0
+    parallel: int = Field(2, gt=0, description="rungs trained side by side")
+    ranks: int = Field(1, gt=0, description="processes per rung (1: each rung on its own core)")
+    count: str = Field("total", description="the N the forecast and the headline use: total or non_embedding")
+    budget_queries: list[float] = Field([1e21], description="compute budgets to answer: N, D, tokens per parameter, loss")
+
+    @field_validator("widths")
+    @classmethod
+    def distinct_widths(cls, widths: list[int]) -> list[int]:
+        if len(set(widths)) < len(widths) or min(widths) < 8:
+            raise ValueError(f"widths must be distinct and at least 8: {widths}")
+        return sorted(widths)
+
+    @field_validator("count")
+    @classmethod
+    def known_count(cls, count: str) -> str:
+        if count not in COUNTS:
+            raise ValueError(f"count is one of {sorted(COUNTS)}, not {count!r}")
+        return count
+
+
+PRESETS = {
+    "cpu": {"mixture": "mixtures/ladder_code.yaml"},
+    "gpu": {"widths": [512, 768, 1024, 1280, 1536], "budgets": [2e18, 6e18, 2e19], "holdout_factor": 3.0, "aspect": 64,
+            "head_dim": 64, "seq_len": 2048, "global_batch": 256, "lr": 1e-3, "eval_sequences": 512, "parallel": 1},
+}  # fmt: skip
+
+
+def load_ladder(path: str | None, **overrides) -> LadderSpec:
+    """A ladder YAML (or a preset name: cpu, gpu) with CLI values on top; errors name the field."""
+    return load_spec(LadderSpec, path, "ladder", overrides, PRESETS)
+
+
+def shape(spec: LadderSpec, width: int) -> dict:
+    heads = max(1, width // spec.head_dim)
+    return {"dim": width, "n_layers": max(1, round(width / spec.aspect)), "n_heads": heads, "n_kv_heads": heads,
+            "ffn_hidden": -(-8 * width // 3 // 16) * 16, "tie_embeddings": True}  # fmt: skip
+
+
+@dataclass
+class Rung:
+    name: str
+    width: int
+    budget: float  # the FLOPs asked; `flops` is what the whole steps come to
+    steps: int
+    tokens: int
+    flops: float
+    params_total: int
+    params_non_embedding: int
+    flops_per_token: float
+    held_out: bool = False
+
+
+def model_size(spec: LadderSpec, width: int, vocab: int) -> tuple[int, int, float]:
+    """(total parameters, non-embedding parameters, training FLOPs per token) of a width's shape."""
+    import torch
+
+    from training.model import ModelConfig, Transformer, flops_per_token
+
+    config = ModelConfig(**shape(spec, width), vocab_size=vocab, max_seq_len=spec.seq_len)
+    with torch.device("meta"):
+        model = Transformer(config)
+    total = model.num_params()
+    return total, model.num_params(embeddings=False), flops_per_token(config, total, spec.seq_len)
+
+
+def make_rung(spec: LadderSpec, width: int, budget: float, vocab: int, held_out: bool = False) -> Rung:
+    total, non_embedding, per_token = model_size(spec, width, vocab)
+    tokens_per_step = spec.global_batch * spec.seq_len
+    steps = max(1, round(budget / per_token / tokens_per_step))
+    tokens = steps * tokens_per_step
+    name = f"{'holdout' if held_out else 'iso'}-{budget:.1e}-w{width}".replace("+", "")
+    return Rung(name, width, budget, steps, tokens, tokens * per_token, total, non_embedding, per_token, held_out)
+
+
+def widths_nearest(spec: LadderSpec, params: float, vocab: int, count: str) -> list[int]:
+    """Widths (multiples of head_dim, from the smallest rung's to twice the largest's), nearest in N to `params` first."""
+    index = 0 if count == "total" else 1
+    candidates = range(spec.widths[0], 2 * spec.widths[-1] + 1, spec.head_dim)
+    return sorted(candidates, key=lambda width: abs(math.log(model_size(spec, width, vocab)[index] / params)))
+
+
+class Ladder:
+    """The rungs, each skipped when its result is there: train the IsoFLOP sets, fit, forecast, train the held-out
+    rung, fit again and report."""
+
+    def __init__(self, spec: LadderSpec, out: str, log=print):
+        from tokenizers import Tokenizer
+
+        from training import storage
+        from training.mixture import load_mixture
+
+        self.spec, self.out, self.log = spec, Path(out), log
+        self.mixture = load_mixture(spec.mixture)
+        self.vocab = Tokenizer.from_str(storage.read_text(self.mixture.tokenizer_path())).get_vocab_size()
+        self.rungs = [make_rung(spec, width, budget, self.vocab) for budget in spec.budgets for width in spec.widths]
+        self.tokens_per_step = spec.global_batch * spec.seq_len
+        self.shards = None
+
+    def check_same_ladder(self) -> None:
+        record = self.out / "ladder.json"
+        given = json.loads(self.spec.model_dump_json())
+        if record.is_file() and json.loads(record.read_text()) != given:
+            raise ValueError(f"{self.out} holds another ladder (its ladder.json differs): choose another --out")
+        self.out.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(LOCAL, str(record), given)
+
+    def over_cap(self, rung: Rung) -> str | None:
+        """Why a rung would repeat its sources more than their max_epochs, or None."""
+        from training.data import read_sources
+        from training.plan import over_cap, plan
+
+        if self.shards is None:
+            self.shards = read_sources(self.mixture)
+        return over_cap(plan(self.mixture, [rung.tokens], self.shards))
+
+    def check_data(self, rungs: list[Rung]) -> None:
+        """Every rung within its sources' max_epochs, before any rung trains."""
+        for rung in rungs:
+            problem = self.over_cap(rung)
+            if problem:
+                raise ValueError(f"rung {rung.name} ({rung.tokens:,} tokens): {problem}")
+
+    def config(self, rung: Rung) -> Path:
+        spec = self.spec
+        settings = {"model": "tiny", "model_overrides": shape(spec, rung.width), "seq_len": spec.seq_len,
+                    "global_batch": spec.global_batch, "micro_batch": spec.global_batch // spec.ranks, "steps": rung.steps,
+                    "lr": spec.lr, "min_lr": spec.lr * spec.min_lr_ratio, "warmup": round(spec.warmup_fraction * rung.steps),
+                    "schedule": "cosine", "seed": spec.seed, "eval_every": rung.steps, "eval_sequences": spec.eval_sequences,
+                    "checkpoint_every": max(1, rung.steps // 4), "keep_checkpoints": 1, "log_every": max(1, rung.steps // 50)}  # fmt: skip
+        path = self.out / "configs" / f"{rung.name}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(LOCAL, str(path), yaml.safe_dump(settings, sort_keys=False))
+        return path
+
+    def result_path(self, rung: Rung) -> Path:
+        return self.out / "results" / f"{rung.name}.json"
+
+    def train(self, rung: Rung, threads: int) -> dict:
+        """One rung under `train` (resumed from its checkpoint when killed before), then its result file."""
+        from training import metrics
+
+        if self.result_path(rung).is_file():
+            return json.loads(self.result_path(rung).read_text())
+        folder = self.out / "runs" / rung.name
+        command = [sys.executable, "-m", "training", "--mixture", self.spec.mixture, "--config", str(self.config(rung)),
+                   "--out", str(folder), "--ranks", str(self.spec.ranks), "--resume"]  # fmt: skip
+        log = self.out / "runs" / f"{rung.name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        with log.open("a") as handle:
+            env = os.environ | {"OMP_NUM_THREADS": str(threads)}
+            code = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent).returncode
+        if code:
+            raise RuntimeError(f"rung {rung.name} failed (exit {code}); the end of {log}:\n{log.read_text()[-2000:]}")
+        frame = metrics.load(str(folder))
+        final = frame[frame.val_loss.notna()].iloc[-1]
+        result = {"run": rung.name, "size": f"w{rung.width}", "width": rung.width, "params": rung.params_total,
+                  "params_total": rung.params_total, "params_non_embedding": rung.params_non_embedding,
+                  "tokens": rung.tokens, "steps": rung.steps, "flops": rung.flops, "flops_per_token": rung.flops_per_token,
+                  "budget": rung.budget, "val_loss": float(final.val_loss), "held_out": rung.held_out,
+                  "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+        self.result_path(rung).parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(LOCAL, str(self.result_path(rung)), result)
+        return result
+
+    def train_all(self, rungs: list[Rung]) -> list[dict]:
+        """The rungs side by side, `parallel` at a time, each with its share of the cores; the largest first, so the
+        last to finish is a small one."""
+        todo = sorted(rungs, key=lambda rung: -rung.flops)
+        threads = max(1, (os.cpu_count() or 1) // (min(self.spec.parallel, len(todo)) * self.spec.ranks))
+        done = sum(self.result_path(rung).is_file() for rung in rungs)
+        if done:
+            self.log(f"resumed: {done} of {len(rungs)} rungs already finished")
+        results = {}
+
+        def one(rung: Rung) -> None:
+            fresh = not self.result_path(rung).is_file()
+            if fresh:
+                self.log(f"training {rung.name}: {rung.params_total:,} params ({rung.params_non_embedding:,} non-embedding), "
+                         f"{rung.tokens:,} tokens, {rung.steps} steps, {rung.flops:.2e} FLOPs")  # fmt: skip
+            results[rung.name] = self.train(rung, threads)
+            if fresh:
+                self.log(f"  {rung.name}: validation loss {results[rung.name]['val_loss']:.4f} "
+                         f"({results[rung.name]['seconds']:.0f} s; {len(results)} of {len(rungs)} rungs done)")  # fmt: skip
+
+        with ThreadPoolExecutor(self.spec.parallel) as pool:
+            for future in [pool.submit(one, rung) for rung in todo]:
+                future.result()
+        return [results[rung.name] for rung in rungs]
+
+    def forecast(self, points: list[dict]) -> tuple[Rung, dict]:
+        """The held-out rung (the fitted compute-optimal size at holdout_factor x the largest budget) and its
+        predicted loss, written before it trains; a rerun keeps the forecast it made."""
+        path = self.out / "forecast.json"
+        if path.is_file():
+            made = json.loads(path.read_text())
+            return make_rung(self.spec, made["width"], made["budget"], self.vocab, held_out=True), made
+        budget = self.spec.holdout_factor * max(self.spec.budgets)
+        column = COUNTS[self.spec.count]
+        law = scaling_fit.fit_law(*fit_arrays(points, column))
+        k = median_flops_per_param_token(points, column)
+        optimal_n, _ = law.optimal(budget, k)
+        candidates = (make_rung(self.spec, width, budget, self.vocab, True)
+                      for width in widths_nearest(self.spec, optimal_n, self.vocab, self.spec.count))  # fmt: skip
+        rung = next((rung for rung in candidates if not self.over_cap(rung)), None)
+        if rung is None:
+            raise ValueError(f"no width of the shape rule trains {budget:.2e} FLOPs within the mixture's max_epochs: "
+                             "curate more data or lower holdout_factor")  # fmt: skip
+        n = getattr(rung, column)
+        laws = scaling_fit.bootstrap(*fit_arrays(points, column), samples=200, seed=self.spec.seed)
+        low, high = scaling_fit.interval([one.loss(n, rung.tokens) for one in laws])
+        made = {"run": rung.name, "width": rung.width, "budget": budget, "count": self.spec.count, "params": n,
+                "tokens": rung.tokens, "flops": rung.flops, "predicted_loss": float(law.loss(n, rung.tokens)),
+                "interval": [float(low), float(high)], "compute_optimal_params": float(optimal_n),
+                "fitted_on": [point["run"] for point in points], "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+        write_json_atomic(LOCAL, str(path), made)
+        return rung, made
+
+
+def die_with_parent() -> None:
+    """In a rung's `train`: get SIGTERM when the ladder dies, even by SIGKILL, so no rung trains on without it (its
+    ranks die with it in turn) and a rerun finds no run still holding a rung's folder."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def fit_arrays(points: list[dict], column: str):
+    import numpy as np
+
+    return (np.array([p[column] for p in points], float), np.array([p["tokens"] for p in points], float),
+            np.array([p["val_loss"] for p in points], float))  # fmt: skip
+
+
+def median_flops_per_param_token(points: list[dict], column: str) -> float:
+    """k in C = k N D for the frontier: the rungs' own FLOPs per parameter-token (6 plus attention, more for the
+    non-embedding N)."""
+    import numpy as np
+
+    return float(np.median([p["flops"] / (p[column] * p["tokens"]) for p in points]))
+
+
+def run_ladder(ladder: Ladder) -> dict:
+    """Every step, each resumed where its output is there; OUT/fit.json and OUT/report.html at the end."""
+    started = time.perf_counter()
+    ladder.check_same_ladder()
+    ladder.check_data(ladder.rungs)
+    points = ladder.train_all(ladder.rungs)
+    held_rung, forecast = ladder.forecast(points)
+    ladder.log(f"forecast for {held_rung.name} ({forecast['params']:,} params by the {ladder.spec.count} count, "
+               f"{held_rung.tokens:,} tokens, {held_rung.flops:.2e} FLOPs), made before it trains: validation loss "
+               f"{forecast['predicted_loss']:.4f} [{forecast['interval'][0]:.4f}, {forecast['interval'][1]:.4f}]")  # fmt: skip
+    ladder.check_data([held_rung])
+    held = ladder.train_all([held_rung])[0]
+    measured = held["val_loss"]
+    forecast |= {"measured_loss": measured, "relative_error": (forecast["predicted_loss"] - measured) / measured,
+                 "measured_in_interval": forecast["interval"][0] <= measured <= forecast["interval"][1]}  # fmt: skip
+    fits = {}
+    for count, column in COUNTS.items():
+        counted = [p | {"params": p[column]} for p in points + [held]]
+        fits[count] = scaling_fit.summarize(counted, budgets=ladder.spec.budget_queries,
+                                            flops_per_param_token=median_flops_per_param_token(points, column))  # fmt: skip
+    summary = {"mixture": ladder.spec.mixture, "count": ladder.spec.count, "counts": {"total": "Chinchilla: every parameter",
+               "non_embedding": "Kaplan: without the embedding (tied with the output layer)"}, "fits": fits,
+               "forecast": forecast, "rungs": points + [held], "wall_seconds": round(time.perf_counter() - started, 1),
+               "shape_rule": LADDER_RULE.format(aspect=ladder.spec.aspect, head_dim=ladder.spec.head_dim)}  # fmt: skip
+    write_json_atomic(LOCAL, str(ladder.out / "fit.json"), summary)
+    write_text_atomic(LOCAL, str(ladder.out / "report.html"), report_html(summary))
+    return summary
+
+
+def report_html(summary: dict) -> str:
+    """The ladder's page from its fit.json (also what `curate report LADDER_OUT` writes)."""
+    from experiments.ladder_report import render
+
+    count = summary["count"]
+    return render(summary["fits"][count], summary["rungs"], f"Ladder on {summary['mixture']} (N: {count} parameters)")
+
+
+LADDER_RULE = "n_layers = round(width / {aspect}), n_heads = n_kv_heads = width // {head_dim}, ffn_hidden = 8/3 width (x16), tied embeddings"
