@@ -43,8 +43,8 @@ GPU_PEAK_FLOPS, GPU_MFU = 989e12, 0.4  # H100 SXM dense bf16; a planning MFU for
 class LadderSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     mixture: str = Field(description="mixture YAML whose sources every rung trains on (its validation set scores them)")
-    widths: list[int] = Field([32, 48, 64, 96], min_length=4, description="model widths: one model size each")
-    budgets: list[float] = Field([1e12, 2e12, 4e12], min_length=3, description="IsoFLOP budgets: every width at each")
+    widths: list[int] = Field([24, 32, 48, 64], min_length=4, description="model widths: one model size each")
+    budgets: list[float] = Field([5e11, 1e12, 2e12], min_length=3, description="IsoFLOP budgets: every width at each")
     holdout_factor: float = Field(2.0, gt=1, description="the held-out rung's compute, times the largest budget")
     aspect: int = Field(32, gt=0, description="width per layer: n_layers = round(width / aspect)")
     head_dim: int = Field(16, gt=0)
@@ -182,7 +182,7 @@ class Ladder:
         settings = {"model": "tiny", "model_overrides": shape(spec, rung.width), "seq_len": spec.seq_len,
                     "global_batch": spec.global_batch, "micro_batch": spec.global_batch // spec.ranks, "steps": rung.steps,
                     "lr": spec.lr, "min_lr": spec.lr * spec.min_lr_ratio, "warmup": round(spec.warmup_fraction * rung.steps),
-                    "schedule": "cosine", "seed": spec.seed, "eval_every": rung.steps, "eval_sequences": spec.eval_sequences,
+                    "schedule": "cosine", "shuffle_sequences": True, "seed": spec.seed, "eval_every": rung.steps, "eval_sequences": spec.eval_sequences,
                     "checkpoint_every": max(1, rung.steps // 4), "keep_checkpoints": 1, "log_every": max(1, rung.steps // 50)}  # fmt: skip
         path = self.out / "configs" / f"{rung.name}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -620,3 +620,37 @@ def test_z_loss_weight_adds_exactly_its_term_to_the_objective_and_gradients(tmp_
         assert torch.allclose(weighted_grad, ce_grad + 0.5 * z_grad, rtol=1e-5, atol=1e-7)
     finally:
         dist.destroy_process_group()
+
+
+def test_shuffled_sequences_take_every_window_of_an_epoch_once_in_another_order_and_resume(three_sources):
+    mixture, eos = three_sources
+    code = type(mixture).model_validate(mixture.model_dump() | {"sources": {"code": mixture.sources["code"].model_dump() | {"weight": 1.0}}, "phases": []})
+
+    def loader(shuffle: bool, steps: int = 400) -> MixtureLoader:
+        return MixtureLoader(code, seq_len=64, global_batch=4, micro_batch=4, rank=0, world=1, seed=3, eos_id=eos,
+                             total_steps=steps, shuffle_sequences=shuffle)  # fmt: skip
+
+    plain, shuffled = loader(False), loader(True)
+    windows = (plain.streams[0].epoch_tokens - 1) // 64
+    steps = windows // 4
+    seen, documents = {False: [], True: []}, {False: [], True: []}
+    for data, key in ((plain, False), (shuffled, True)):
+        for _ in range(steps):
+            seen[key] += [tuple(row.tolist()) for batch in data.next_step() for row in batch.inputs]
+            documents[key].append(len({doc for row in data.last_step_documents() for doc in row["doc_ids"]}))
+    every = {tuple(plain.streams[0].sequence(0, 64 * k, 64)[:-1].tolist()) for k in range(windows)}
+    assert len(set(seen[True])) == len(seen[True]) == 4 * steps and set(seen[True]) <= every  # the epoch's windows, once
+    assert seen[True] != seen[False]
+    assert np.mean(documents[True]) > 1.5 * np.mean(documents[False])  # a batch mixes the 4 files instead of one file's run
+    first, resumed = loader(True), loader(True)
+    for _ in range(10):
+        first.next_step()
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    assert all(torch.equal(a.inputs, b.inputs) for a, b in zip(first.next_step(), resumed.next_step()))
+    with pytest.raises(ValueError, match="shuffle_sequences"):
+        loader(False).load_state_dict(first.state_dict())
+    with pytest.raises(ValueError, match="phases change the sequence length"):
+        data = mixture.model_dump()
+        data["phases"] = [{"name": "a", "weights": {"web": 1}, "fraction": 0.5}, {"name": "b", "weights": {"web": 1}, "seq_len": 32}]
+        MixtureLoader(type(mixture).model_validate(data), seq_len=64, global_batch=4, micro_batch=4, rank=0, world=1, seed=3,
+                      eos_id=eos, total_steps=10, shuffle_sequences=True)  # fmt: skip

@@ -44,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="on a loss spike: log its documents, skip the update, or rewind to the last checkpoint and "
                         "never train on the offending documents again")  # fmt: skip
     parser.add_argument("--z-loss", type=float, dest="z_loss", help="z-loss weight, e.g. 1e-4 (0: off)")
+    parser.add_argument("--shuffle-sequences", action="store_true", default=None, dest="shuffle_sequences",
+                        help="take each epoch's sequences in a shuffled order, so a batch mixes documents instead of "
+                        "the consecutive windows of one long file (small runs are far less noisy; one sequence length)")  # fmt: skip
     return parser
 
 
@@ -152,7 +155,7 @@ def _num_params(config, mixture) -> int:
 
 
 OVERRIDES = ("steps", "seq_len", "global_batch", "micro_batch", "lr", "dtype", "attention", "checkpoint_every", "lineage_every", "seed",
-             "eval_every", "eval_sequences", "spike_policy", "z_loss")  # fmt: skip
+             "eval_every", "eval_sequences", "spike_policy", "z_loss", "shuffle_sequences")  # fmt: skip
 
 
 VALIDATED = "TRAIN_VALIDATED"  # set by `train` for the ranks it launches, which skip what it checked
@@ -196,7 +199,8 @@ def _check_resume(args, mixture, config, shards) -> tuple[Path | None, dict]:
                          "continue it, or choose another --out")  # fmt: skip
     state = json.loads((previous / checkpoint.STATE_FILE).read_text())
     try:
-        check_resumable(state["data"], config.seed, [shape.seq_len for shape in mixture.shapes(config.base_shape())])
+        check_resumable(state["data"], config.seed, [shape.seq_len for shape in mixture.shapes(config.base_shape())],
+                        config.shuffle_sequences)  # fmt: skip
     except ValueError as error:
         raise ValueError(f"{previous}: {error}") from None
     if shards and config.eval_every:

@@ -47,6 +47,8 @@ class TrainConfig(BaseModel):
         "last checkpoint and never train on the offending documents again",
     )  # fmt: skip
     z_loss: float = Field(0.0, ge=0, description="weight of PaLM's z-loss, mean log(Z)^2 of the logits (e.g. 1e-4); 0: off")
+    shuffle_sequences: bool = Field(False, description="take each epoch's windows in a shuffled order, so a batch mixes "
+                                    "documents (runs of one sequence length; less noisy small runs: ladders, ablations)")  # fmt: skip
     eval_every: int = Field(20, ge=0, description="validation loss on the held-out slice every N steps and at the end; 0: never")
     eval_sequences: int = Field(16, gt=0, description="held-out sequences scored per source at each validation")
 

@@ -86,11 +86,17 @@ def choose_sources(counts: list[int], weights: list[float], n: int) -> list[int]
 
 class SourceStream:
     """One source's documents as a token stream with EOS after each document, reshuffled every epoch. Skipped
-    documents (after a rewind) take no room in the stream from then on."""
+    documents (after a rewind) take no room in the stream from then on. With `shuffle_sequences` the epoch's windows
+    of one sequence length are also taken in a shuffled order (OLMo shuffles its fixed-length instances so): a step's
+    batch then mixes many documents instead of the consecutive windows of one long file, which makes the loss of
+    small runs far less noisy (a ladder's rungs, an ablation's seeds)."""
 
-    def __init__(self, name: str, selections: list[tuple[ShardRows, np.ndarray]], seed: int, eos_id: int, cached_files: int = 8):
+    def __init__(self, name: str, selections: list[tuple[ShardRows, np.ndarray]], seed: int, eos_id: int, cached_files: int = 8,
+                 shuffle_sequences: bool = False):  # fmt: skip
         """`selections`: each shard with the rows of it the stream holds."""
         self.name, self.files, self.seed, self.eos_id = name, [shard.path for shard, _ in selections], seed, eos_id
+        self.shuffle_sequences = shuffle_sequences
+        self._windows: tuple[tuple[int, int, int], np.ndarray] | None = None
         ids, lengths, locations = [], [], []
         for file_index, (shard, rows) in enumerate(selections):
             meta = shard.meta
@@ -142,8 +148,20 @@ class SourceStream:
         values, offsets = self._tokens[file_index]
         return values[offsets[row] : offsets[row + 1]]
 
+    def _window(self, epoch: int, offset: int, length: int) -> int:
+        """Where the window the state calls (epoch, offset) lies in the epoch's stream: there, or, with shuffled
+        sequences, at the place of the epoch's permutation of its windows of this length."""
+        if not self.shuffle_sequences:
+            return offset
+        key = (epoch, length, self.epoch_tokens)
+        if self._windows is None or self._windows[0] != key:
+            count = (self.epoch_tokens - 1) // length
+            self._windows = key, np.random.default_rng([self.seed, epoch, length, 1]).permutation(count)
+        return int(self._windows[1][offset // length]) * length
+
     def _documents(self, epoch: int, offset: int, length: int) -> tuple[list[int], int]:
         """The documents (indexes) a window overlaps, in stream order, and where the first of them starts."""
+        offset = self._window(epoch, offset, length)
         order, starts = self._layout(epoch)
         first = int(np.searchsorted(starts, offset, side="right") - 1)
         last = int(np.searchsorted(starts, offset + length + 1, side="left"))
@@ -155,6 +173,7 @@ class SourceStream:
     def sequence(self, epoch: int, offset: int, length: int) -> np.ndarray:
         """length + 1 tokens: inputs are [:-1], targets [1:]."""
         documents, first_start = self._documents(epoch, offset, length)
+        offset = self._window(epoch, offset, length)
         pieces = []
         for doc in documents:
             pieces += [self._doc_tokens(doc), np.array([self.eos_id])]
@@ -186,9 +205,13 @@ def check_batches(mixture: Mixture, base: PhaseShape, world: int) -> None:
                              f"{shape.micro_batch} x ranks {world}")  # fmt: skip
 
 
-def check_resumable(state: dict, seed: int, seq_lens: list[int]) -> None:
-    """A checkpoint's data state continues only with the seed and the sequence lengths per phase it was written with."""
+def check_resumable(state: dict, seed: int, seq_lens: list[int], shuffle_sequences: bool = False) -> None:
+    """A checkpoint's data state continues only with the seed, the sequence lengths per phase and the order of
+    sequences it was written with."""
     saved = state.get("seq_lens", [state.get("seq_len")] * len(seq_lens))
+    if state.get("shuffle_sequences", False) != shuffle_sequences:
+        raise ValueError(f"the run was trained with shuffle_sequences {state.get('shuffle_sequences', False)}, not "
+                         f"{shuffle_sequences}: resume with its setting, or start a new --out")  # fmt: skip
     if state["seed"] != seed:
         raise ValueError(f"the run was trained with --seed {state['seed']}, not {seed}: resume with --seed {state['seed']}, "
                          "or start a new --out")  # fmt: skip
@@ -202,15 +225,19 @@ class MixtureLoader:
 
     def __init__(self, mixture: Mixture, seq_len: int, global_batch: int, micro_batch: int, rank: int, world: int,
                  seed: int, eos_id: int, total_steps: int = 1, rope_theta: float = 10000.0,
-                 shards: dict[str, list[ShardRows]] | None = None):  # fmt: skip
+                 shards: dict[str, list[ShardRows]] | None = None, shuffle_sequences: bool = False):  # fmt: skip
         base = PhaseShape(seq_len, global_batch, micro_batch, rope_theta)
         check_batches(mixture, base, world)
         self.shapes = mixture.shapes(base)
+        if shuffle_sequences and len({shape.seq_len for shape in self.shapes}) > 1:
+            raise ValueError("shuffle_sequences takes an epoch's windows of one length: the mixture's phases change the "
+                             "sequence length; train them with shuffle_sequences false")  # fmt: skip
+        self.shuffle_sequences = shuffle_sequences
         self.mixture, self.rank, self.world, self.seed = mixture, rank, world, seed
         self.names = mixture.source_names()
         shards = shards or read_sources(mixture)
-        self.streams = [SourceStream(name, [(shard, shard.train) for shard in shards[name]], seed * 1000 + i, eos_id)
-                        for i, name in enumerate(self.names)]  # fmt: skip
+        self.streams = [SourceStream(name, [(shard, shard.train) for shard in shards[name]], seed * 1000 + i, eos_id,
+                                     shuffle_sequences=shuffle_sequences) for i, name in enumerate(self.names)]  # fmt: skip
         for stream in self.streams:
             if not stream.doc_ids:
                 raise ValueError(f"source {stream.name!r}: no training document in {len(stream.files)} shard(s) matches "
@@ -271,13 +298,14 @@ class MixtureLoader:
 
     def state_dict(self) -> dict:
         return {"seed": self.seed, "seq_lens": [shape.seq_len for shape in self.shapes], "step": self.step, "phase": self.phase,
+                "shuffle_sequences": self.shuffle_sequences,
                 "positions": {n: list(p) for n, p in zip(self.names, self.positions)},
                 "tokens": dict(zip(self.names, self.tokens)),
                 "phase_sequences": dict(zip(self.names, self.phase_counts)),
                 "skipped": {s.name: sorted(s.skipped) for s in self.streams if s.skipped}}  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
-        check_resumable(state, self.seed, [shape.seq_len for shape in self.shapes])
+        check_resumable(state, self.seed, [shape.seq_len for shape in self.shapes], self.shuffle_sequences)
         self.skip(state.get("skipped", {}))
         if "positions" in state:
             self.positions = [tuple(state["positions"].get(name, (0, 0))) for name in self.names]

@@ -222,7 +222,8 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
     optimizer = _optimizer(model, config)
     shards = read_sources(mixture)  # read once for the training streams and the held-out slice
     loader = MixtureLoader(mixture, config.seq_len, config.global_batch, config.micro_batch, rank, world, config.seed, eos_id,
-                           total_steps=config.steps, rope_theta=base.rope_theta, shards=shards)  # fmt: skip
+                           total_steps=config.steps, rope_theta=base.rope_theta, shards=shards,
+                           shuffle_sequences=config.shuffle_sequences)  # fmt: skip
     validation = ValidationSet(mixture, eos_id, config.eval_sequences, shards) if config.eval_every else None
 
     out.mkdir(parents=True, exist_ok=True)
