@@ -226,6 +226,8 @@ def _print_fit(summary: dict, console: Console) -> None:
         low, high = intervals[name]
         console.print(f"  {name:5s} {law[name]:.4g}  95% [{low:.4g}, {high:.4g}]")
     forecast = summary["forecast"]
+    if forecast is None:
+        return
     low, high = forecast["interval"]
     console.print(f"held-out rung {forecast['run']}: forecast {forecast['predicted_loss']:.4f} [{low:.4f}, {high:.4f}], "
                   f"measured {forecast['measured_loss']:.4f}: error {forecast['relative_error']:+.2%}")  # fmt: skip

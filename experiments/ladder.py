@@ -56,9 +56,11 @@ class LadderSpec(BaseModel):
     eval_sequences: int = Field(256, gt=0, description="held-out sequences per source scored at the end of each rung")
     seed: int = 0
     parallel: int = Field(2, gt=0, description="rungs trained side by side")
-    ranks: int = Field(1, gt=0, description="processes per rung (1: each rung on its own core)")
+    ranks: int | None = Field(1, gt=0, description="processes per rung (1: each rung on its own core; none: every GPU)")
+    micro_batch: int | None = Field(None, gt=0, description="sequences per rank per forward (default: the batch over ranks)")
     count: str = Field("total", description="the N the forecast and the headline use: total or non_embedding")
     budget_queries: list[float] = Field([1e21], description="compute budgets to answer: N, D, tokens per parameter, loss")
+    forecast: bool = Field(True, description="forecast, then train, the held-out rung (an ablation's ladders skip it)")
 
     @field_validator("widths")
     @classmethod
@@ -78,7 +80,8 @@ class LadderSpec(BaseModel):
 PRESETS = {
     "cpu": {"mixture": "mixtures/ladder_code.yaml"},
     "gpu": {"widths": [512, 768, 1024, 1280, 1536], "budgets": [2e18, 6e18, 2e19], "holdout_factor": 3.0, "aspect": 64,
-            "head_dim": 64, "seq_len": 2048, "global_batch": 256, "lr": 1e-3, "eval_sequences": 512, "parallel": 1},
+            "head_dim": 64, "seq_len": 2048, "global_batch": 256, "micro_batch": 8, "lr": 1e-3, "eval_sequences": 512,
+            "parallel": 1, "ranks": None},
 }  # fmt: skip
 
 
@@ -152,6 +155,13 @@ class Ladder:
         self.rungs = [make_rung(spec, width, budget, self.vocab) for budget in spec.budgets for width in spec.widths]
         self.tokens_per_step = spec.global_batch * spec.seq_len
         self.shards = None
+        self.ranks = spec.ranks or self._gpus()
+
+    @staticmethod
+    def _gpus() -> int:
+        import torch
+
+        return torch.cuda.device_count() or 1
 
     def check_same_ladder(self) -> None:
         record = self.out / "ladder.json"
@@ -179,11 +189,14 @@ class Ladder:
 
     def config(self, rung: Rung) -> Path:
         spec = self.spec
-        settings = {"model": "tiny", "model_overrides": shape(spec, rung.width), "seq_len": spec.seq_len,
-                    "global_batch": spec.global_batch, "micro_batch": spec.global_batch // spec.ranks, "steps": rung.steps,
-                    "lr": spec.lr, "min_lr": spec.lr * spec.min_lr_ratio, "warmup": round(spec.warmup_fraction * rung.steps),
-                    "schedule": "cosine", "shuffle_sequences": True, "seed": spec.seed, "eval_every": rung.steps, "eval_sequences": spec.eval_sequences,
-                    "checkpoint_every": max(1, rung.steps // 4), "keep_checkpoints": 1, "log_every": max(1, rung.steps // 50)}  # fmt: skip
+        settings = {
+            "model": "tiny", "model_overrides": shape(spec, rung.width), "seq_len": spec.seq_len, "steps": rung.steps,
+            "global_batch": spec.global_batch, "micro_batch": spec.micro_batch or spec.global_batch // self.ranks,
+            "lr": spec.lr, "min_lr": spec.lr * spec.min_lr_ratio, "warmup": round(spec.warmup_fraction * rung.steps),
+            "schedule": "cosine", "shuffle_sequences": True, "seed": spec.seed, "eval_every": rung.steps,
+            "eval_sequences": spec.eval_sequences, "checkpoint_every": max(1, rung.steps // 4), "keep_checkpoints": 1,
+            "log_every": max(1, rung.steps // 50),
+        }  # fmt: skip
         path = self.out / "configs" / f"{rung.name}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(LOCAL, str(path), yaml.safe_dump(settings, sort_keys=False))
@@ -200,7 +213,7 @@ class Ladder:
             return json.loads(self.result_path(rung).read_text())
         folder = self.out / "runs" / rung.name
         command = [sys.executable, "-m", "training", "--mixture", self.spec.mixture, "--config", str(self.config(rung)),
-                   "--out", str(folder), "--ranks", str(self.spec.ranks), "--resume"]  # fmt: skip
+                   "--out", str(folder), "--ranks", str(self.ranks), "--resume"]  # fmt: skip
         log = self.out / "runs" / f"{rung.name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
@@ -224,7 +237,7 @@ class Ladder:
         """The rungs side by side, `parallel` at a time, each with its share of the cores; the largest first, so the
         last to finish is a small one."""
         todo = sorted(rungs, key=lambda rung: -rung.flops)
-        threads = max(1, (os.cpu_count() or 1) // (min(self.spec.parallel, len(todo)) * self.spec.ranks))
+        threads = max(1, (os.cpu_count() or 1) // (min(self.spec.parallel, len(todo)) * self.ranks))
         done = sum(self.result_path(rung).is_file() for rung in rungs)
         if done:
             self.log(f"resumed: {done} of {len(rungs)} rungs already finished")
@@ -302,6 +315,23 @@ def run_ladder(ladder: Ladder) -> dict:
     ladder.check_same_ladder()
     ladder.check_data(ladder.rungs)
     points = ladder.train_all(ladder.rungs)
+    forecast, held = forecast_and_train(ladder, points) if ladder.spec.forecast else (None, [])
+    fits = {}
+    for count, column in COUNTS.items():
+        counted = [p | {"params": p[column]} for p in points + held]
+        fits[count] = scaling_fit.summarize(counted, budgets=ladder.spec.budget_queries,
+                                            flops_per_param_token=median_flops_per_param_token(points, column))  # fmt: skip
+    summary = {"mixture": ladder.spec.mixture, "count": ladder.spec.count, "counts": {"total": "Chinchilla: every parameter",
+               "non_embedding": "Kaplan: without the embedding (tied with the output layer)"}, "fits": fits,
+               "forecast": forecast, "rungs": points + held, "wall_seconds": round(time.perf_counter() - started, 1),
+               "shape_rule": LADDER_RULE.format(aspect=ladder.spec.aspect, head_dim=ladder.spec.head_dim)}  # fmt: skip
+    write_json_atomic(LOCAL, str(ladder.out / "fit.json"), summary)
+    write_text_atomic(LOCAL, str(ladder.out / "report.html"), report_html(summary))
+    return summary
+
+
+def forecast_and_train(ladder: Ladder, points: list[dict]) -> tuple[dict, list[dict]]:
+    """The held-out rung's forecast (made and written before it trains), then the rung and the forecast's error."""
     held_rung, forecast = ladder.forecast(points)
     ladder.log(f"forecast for {held_rung.name} ({forecast['params']:,} params by the {ladder.spec.count} count, "
                f"{held_rung.tokens:,} tokens, {held_rung.flops:.2e} FLOPs), made before it trains: validation loss "
@@ -311,18 +341,7 @@ def run_ladder(ladder: Ladder) -> dict:
     measured = held["val_loss"]
     forecast |= {"measured_loss": measured, "relative_error": (forecast["predicted_loss"] - measured) / measured,
                  "measured_in_interval": forecast["interval"][0] <= measured <= forecast["interval"][1]}  # fmt: skip
-    fits = {}
-    for count, column in COUNTS.items():
-        counted = [p | {"params": p[column]} for p in points + [held]]
-        fits[count] = scaling_fit.summarize(counted, budgets=ladder.spec.budget_queries,
-                                            flops_per_param_token=median_flops_per_param_token(points, column))  # fmt: skip
-    summary = {"mixture": ladder.spec.mixture, "count": ladder.spec.count, "counts": {"total": "Chinchilla: every parameter",
-               "non_embedding": "Kaplan: without the embedding (tied with the output layer)"}, "fits": fits,
-               "forecast": forecast, "rungs": points + [held], "wall_seconds": round(time.perf_counter() - started, 1),
-               "shape_rule": LADDER_RULE.format(aspect=ladder.spec.aspect, head_dim=ladder.spec.head_dim)}  # fmt: skip
-    write_json_atomic(LOCAL, str(ladder.out / "fit.json"), summary)
-    write_text_atomic(LOCAL, str(ladder.out / "report.html"), report_html(summary))
-    return summary
+    return forecast, [held]
 
 
 def report_html(summary: dict) -> str:

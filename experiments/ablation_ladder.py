@@ -1,0 +1,70 @@
+"""`curate ablate --ladder`: every variant's data trained on the same small ladder (IsoFLOP sets of `train ladder`,
+no held-out rung), so a comparison is decided at more than one scale.
+
+For each pair of variants it reports their order at every rung and whether the order at the smallest compute holds
+at the largest (DataDecide's decision accuracy: the share of rungs whose order agrees with the largest compute's),
+and from each variant's fitted law L = E + A/N^alpha + B/D^beta the tokens of one variant's data that reach the
+other's loss at the same model size ("tokens of raw data needed to match" curated data).
+"""
+
+import itertools
+import math
+from pathlib import Path
+
+from experiments.ladder import PRESETS, Ladder, LadderSpec, model_size, run_ladder
+
+
+def ladder_spec(mixture: Path, smallest_tokens: int, vocab: int, max_epochs: float) -> LadderSpec:
+    """The cpu preset's widths at three doubling budgets, the largest what the smallest width trains on the
+    smallest variant's data within max_epochs (so every variant's every rung fits its data)."""
+    spec = LadderSpec(mixture=str(mixture), **(PRESETS["cpu"] | {"mixture": str(mixture)}), forecast=False)
+    per_token = model_size(spec, spec.widths[0], vocab)[2]
+    top = 0.95 * smallest_tokens * max_epochs * per_token
+    return spec.model_copy(update={"budgets": [top / 4, top / 2, top]})
+
+
+def run_ladders(out: Path, mixtures: dict[str, Path], smallest_tokens: int, vocab: int, max_epochs: float, log) -> dict:
+    """Each variant's ladder in OUT/ladder/<variant> (resumed like `train ladder`), their comparison."""
+    summaries = {}
+    for name, mixture in mixtures.items():
+        log(f"ladder of {name}")
+        spec = ladder_spec(mixture, smallest_tokens, vocab, max_epochs)
+        summaries[name] = run_ladder(Ladder(spec, str(out / "ladder" / name), log=log))
+    return {"variants": {name: {"law": s["fits"]["total"]["law"], "intervals": s["fits"]["total"]["intervals"],
+                                "rungs": s["rungs"]} for name, s in summaries.items()},
+            "pairs": [compare_pair(a, b, summaries[a]["rungs"], summaries[b]["rungs"], summaries[a]["fits"]["total"]["law"],
+                                   summaries[b]["fits"]["total"]["law"]) for a, b in itertools.combinations(summaries, 2)]}  # fmt: skip
+
+
+def compare_pair(first: str, second: str, first_rungs: list[dict], second_rungs: list[dict], first_law: dict,
+                 second_law: dict) -> dict:  # fmt: skip
+    """The better of two variants at every rung (the same rungs, by name), ordered by compute; whether the smallest
+    compute's order holds at the largest; and the tokens each needs to match the other at the largest rung."""
+    theirs = {rung["run"]: rung for rung in second_rungs}
+    rungs = sorted((rung for rung in first_rungs if rung["run"] in theirs), key=lambda rung: (rung["flops"], rung["run"]))
+    orders = [{"run": rung["run"], "flops": rung["flops"], "difference": rung["val_loss"] - theirs[rung["run"]]["val_loss"],
+               "better": first if rung["val_loss"] < theirs[rung["run"]]["val_loss"] else second} for rung in rungs]  # fmt: skip
+    largest = max(orders, key=lambda order: order["flops"])["flops"]
+    final = {order["better"] for order in orders if order["flops"] == largest}
+    smallest = min(order["flops"] for order in orders)
+    top = min((rung for rung in rungs if rung["flops"] == largest), key=lambda rung: rung["val_loss"])
+    params, tokens = top["params_total"], top["tokens"]
+    return {
+        "variants": [first, second], "rungs": orders,
+        "decision_accuracy": sum(order["better"] in final for order in orders) / len(orders),
+        "smallest_order_holds": all(order["better"] in final for order in orders if order["flops"] == smallest) and len(final) == 1,
+        "at": {"run": top["run"], "params": params, "tokens": tokens},
+        f"tokens_of_{second}_to_match_{first}": tokens_to_match(second_law, loss(first_law, params, tokens), params),
+        f"tokens_of_{first}_to_match_{second}": tokens_to_match(first_law, loss(second_law, params, tokens), params),
+    }  # fmt: skip
+
+
+def loss(law: dict, params: float, tokens: float) -> float:
+    return law["E"] + law["A"] / params ** law["alpha"] + law["B"] / tokens ** law["beta"]
+
+
+def tokens_to_match(law: dict, target: float, params: float) -> float:
+    """The tokens D at which `law` reaches `target` loss with `params` parameters: infinite when even infinite data
+    of it stays above the target at that size."""
+    gap = target - law["E"] - law["A"] / params ** law["alpha"]
+    return (law["B"] / gap) ** (1 / law["beta"]) if gap > 0 else math.inf
