@@ -16,6 +16,7 @@ non-embedding (Kaplan); a rung's FLOPs are the model's FLOPs per token (6N plus 
 """
 
 import ctypes
+import html
 import json
 import math
 import os
@@ -348,8 +349,14 @@ def report_html(summary: dict) -> str:
     """The ladder's page from its fit.json (also what `curate report LADDER_OUT` writes)."""
     from experiments.ladder_report import render
 
-    count = summary["count"]
-    return render(summary["fits"][count], summary["rungs"], f"Ladder on {summary['mixture']} (N: {count} parameters)")
+    count, forecast = summary["count"], summary["forecast"]
+    preface = "" if forecast is None else (
+        f"<p><b>Forecast made before the held-out rung trained</b> ({html.escape(forecast['written_at'])}, from "
+        f"{len(forecast['fitted_on'])} rungs): {html.escape(forecast['run'])}, {forecast['params']:,} parameters "
+        f"({forecast['count']}), {forecast['tokens']:,} tokens, {forecast['flops']:.3g} FLOPs: predicted validation loss "
+        f"{forecast['predicted_loss']:.4f} [{forecast['interval'][0]:.4f}, {forecast['interval'][1]:.4f}], measured "
+        f"{forecast['measured_loss']:.4f}, relative error {forecast['relative_error']:+.2%}.</p>")  # fmt: skip
+    return render(summary["fits"][count], summary["rungs"], f"Ladder on {summary['mixture']} (N: {count} parameters)", preface)
 
 
 LADDER_RULE = "n_layers = round(width / {aspect}), n_heads = n_kv_heads = width // {head_dim}, ffn_hidden = 8/3 width (x16), tied embeddings"

@@ -156,11 +156,12 @@ def _image(figure: Figure | None) -> str:
     return f"<img src='data:image/png;base64,{png_base64(figure)}'>" if figure is not None else "<p>not in this ladder</p>"
 
 
-def render(summary: dict, points: list[dict], title: str) -> str:
+def render(summary: dict, points: list[dict], title: str, preface: str = "") -> str:
+    """`preface`: HTML the caller puts first (the ladder's forecast as it was made before its rung trained)."""
     optimal = summary["compute_optimal"]
     parts = [
         f"<html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head><body>",
-        f"<h1>{html.escape(title)}</h1>",
+        f"<h1>{html.escape(title)}</h1>", preface,
         f"<p>{html.escape(summary['note'])} {summary['points_fitted']} points fitted; held out: "
         f"{html.escape(', '.join(summary['held_out']) or 'none')}; {summary['bootstrap_samples']} bootstrap samples.</p>",
         "<h2>Validation loss against compute</h2>", _image(loss_flops_figure(points)),
