@@ -9,8 +9,11 @@ OUT/curated/<variant>/            a `curate run` folder per variant, base includ
 OUT/validation/part-00000.parquet held out from the input before curation (a hash of the document id picks the
                                   extracted pages), so no filter can remove it; `tokens/` beside it
 OUT/tokenizer.json                one byte-level BPE, trained on the base's curated text, for every variant
-OUT/train/<variant>-seed<k>/      a `train` run per variant (the base with several seeds: the noise between them)
-OUT/scores/<run>.json             benchmark accuracies of the run's last checkpoint
+OUT/train/<variant>-seed<k>/      a `train` run per variant and seed, the base included: seed k of a variant is
+                                  paired with seed k of the base
+OUT/doc_losses/<run>.parquet      the run's last checkpoint's summed loss on every validation document (id, tokens,
+                                  loss_sum): the paired differences the intervals resample (experiments/ablation_stats.py)
+OUT/scores/<run>.json             benchmark accuracies of the run's last checkpoint, with each item's correctness
 OUT/results.json, OUT/report.html
 ```
 Every variant's own held-out rows are the validation documents that survived its filters (the same hash), so no
@@ -24,9 +27,10 @@ import time
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import fsspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
@@ -40,6 +44,8 @@ from filters.benchmark_index import BenchmarkSpec, load_choice_items
 from shard_contract import TOKENIZER_FILE, held_out
 
 BASE = "base"
+ALL, KEPT, REMOVED = "all", "kept", "removed"
+SLICES = (ALL, KEPT, REMOVED)  # the validation documents; those in the base's curated output; the others
 LOCAL = fsspec.filesystem("file")  # an ablation's folder is local: its variants share files by hard links
 
 
@@ -65,7 +71,10 @@ class AblationSpec(BaseModel):
                                "the smallest variant's training tokens times max_epochs)")  # fmt: skip
     model: str = Field("tiny", description="training preset (tiny|small|1b) or a settings YAML")
     seed: int = 0
-    noise_seeds: int = Field(2, ge=2, description="runs of the base (seeds seed, seed+1, ...): the seed-to-seed noise")
+    seeds: int = Field(3, ge=2, description="runs of every variant, the base included (seeds seed, seed+1, ...): the "
+                       "seed-to-seed noise that, with the documents', sets each difference's interval")  # fmt: skip
+    deciding_slice: Literal[SLICES] = Field(KEPT, description="the validation documents whose loss decides: all of "
+                                            f"them, those the base recipe keeps ({KEPT}) or those it removes")  # fmt: skip
     validation_fraction: float = Field(0.05, gt=0, lt=1, description="share of the input held out for validation")
     max_epochs: float = Field(1.0, gt=0, description="no variant's tokens are repeated more often than this (default: "
                               "never; a repeated small variant would be compared on memorization)")  # fmt: skip
@@ -143,10 +152,9 @@ class Ablation:
         return self.out / "curated" / name
 
     def runs(self) -> list[tuple[str, str, int]]:
-        """(run name, variant, seed): the base once per noise seed, every variant with the first seed."""
-        seeds = range(self.spec.seed, self.spec.seed + self.spec.noise_seeds)
-        return [(f"{BASE}-seed{s}", BASE, s) for s in seeds] + [(f"{v}-seed{self.spec.seed}", v, self.spec.seed)
-                                                                 for v in self.recipes if v != BASE]  # fmt: skip
+        """(run name, variant, seed): every variant, the base first, at every seed."""
+        seeds = range(self.spec.seed, self.spec.seed + self.spec.seeds)
+        return [(f"{variant}-seed{s}", variant, s) for variant in self.recipes for s in seeds]
 
     def check_same_ablation(self) -> None:
         record = self.out / "ablation.json"
@@ -277,6 +285,29 @@ class Ablation:
             raise RuntimeError(f"training {run} failed (exit {code}); the end of {log}:\n{log.read_text()[-3000:]}")
         return folder
 
+    def doc_losses(self, run: str, folder: Path, documents: Path) -> pa.Table:
+        """The run's loss on every validation document, written once (OUT/doc_losses/<run>.parquet)."""
+        path = self.out / "doc_losses" / f"{run}.parquet"
+        if path.is_file():
+            return pq.read_table(path)
+        from training.config import load_config
+        from training.doc_losses import score_documents
+
+        table = pq.read_table(documents.parent / TOKENS_DIR / documents.name, columns=["id", "tokens"])
+        self.log(f"scoring {run} on {table.num_rows:,} validation documents")
+        losses = score_documents(folder, table["id"].to_pylist(), table["tokens"].to_pylist(), load_config(self.spec.model).seq_len)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_parquet_atomic(LOCAL, str(path), losses)
+        return losses
+
+    def slices(self, ids: list[str]) -> dict[str, np.ndarray]:
+        """Each slice's mask over the validation documents: all; those the base recipe keeps (they are in its final
+        stage: curation ran on every page, the hash holds them out of training only); those it removes."""
+        kept_ids = {doc_id for part in curated_parts(str(self.curated(BASE)))
+                    for doc_id in pq.read_table(part, columns=["id"])["id"].to_pylist()}  # fmt: skip
+        kept = np.array([doc_id in kept_ids for doc_id in ids], dtype=bool)
+        return {ALL: np.ones(len(ids), dtype=bool), KEPT: kept, REMOVED: ~kept}
+
     def score(self, run: str, folder: Path) -> dict:
         path = self.out / "scores" / f"{run}.json"
         if path.is_file():
@@ -332,21 +363,28 @@ def run_ablation(ablation: Ablation, run_recipe) -> dict:
     token_stats = ablation.tokenize(documents)
     tokens, steps, why = ablation.budget(token_stats)
     ablation.log(f"budget: {tokens:,} tokens, {steps} steps per run ({why})")
-    runs = {}
+    runs, losses, scores = {}, {}, {}
     for run, variant, seed in ablation.runs():
         folder = ablation.train(run, variant, seed, steps, documents)
-        scores = ablation.score(run, folder) if ablation.benchmarks else {}
-        runs[run] = run_summary(folder, variant, seed) | {"benchmarks": scores}
+        losses[run] = ablation.doc_losses(run, folder, documents)
+        scores[run] = ablation.score(run, folder) if ablation.benchmarks else {}
+        runs[run] = run_summary(folder, variant, seed) | {"benchmarks": {
+            name: {key: value for key, value in score.items() if key != "item_correct"} for name, score in scores[run].items()}}  # fmt: skip
     validation = read_token_stats(documents.parent)["sources"]
+    slices = ablation.slices(losses[next(iter(losses))]["id"].to_pylist())
+    tokens_per_doc = losses[next(iter(losses))]["tokens"].to_numpy()
     results = {
         "base": ablation.spec.base, "model": ablation.spec.model, "inputs": len(ablation.inputs),
         "budget": {"tokens": tokens, "steps": steps, "why": why},
+        "seeds": list(range(ablation.spec.seed, ablation.spec.seed + ablation.spec.seeds)),
         "validation": {key: sum(s[key] for s in validation.values()) for key in ("documents", "tokens")},
+        "slices": {name: {"documents": int(mask.sum()), "tokens": int(tokens_per_doc[mask].sum())} for name, mask in slices.items()},
+        "deciding_slice": ablation.spec.deciding_slice,
         "variants": {name: variant_summary(ablation.curated(name), ablation.recipes[name], token_stats[name],
                                            ablation.shared(name) if name != BASE else []) for name in ablation.recipes},
         "runs": runs,
     }  # fmt: skip
-    results |= compare(runs, list(ablation.benchmarks))
+    results |= compare(runs, losses, slices, scores, ablation.spec.deciding_slice)
     results["wall_seconds"] = round(time.perf_counter() - started, 1)
     write_json_atomic(LOCAL, str(ablation.out / "results.json"), results)
     write_text_atomic(LOCAL, str(ablation.out / "report.html"), render(results, ablation.out))
@@ -385,26 +423,47 @@ def variant_summary(folder: Path, recipe: Recipe, token_stats: dict, shared: lis
     }  # fmt: skip
 
 
-def compare(runs: dict[str, dict], benchmarks: list[str]) -> dict:
-    """Each variant against the base: the difference of its final validation loss (and benchmark accuracies) from
-    the mean of the base's seeds, and whether it exceeds the noise, the largest difference between two base seeds."""
-    base = [run for run in runs.values() if run["variant"] == BASE]
+def compare(runs: dict[str, dict], losses: dict[str, pa.Table], slices: dict[str, np.ndarray], scores: dict[str, dict],
+            deciding: str) -> dict:  # fmt: skip
+    """Each variant against the base, seed k against seed k: the validation loss (per token, over each slice's
+    documents) and benchmark accuracy of every variant, and of each difference from the base its 95% interval over
+    seeds and documents (or items). A loss difference is resolved when its interval on the deciding slice excludes
+    zero; an accuracy difference is called only when, besides, neither side is at chance."""
+    from experiments.ablation_stats import at_chance, paired_interval
 
-    def spread(values: list[float]) -> float:
-        return max(values) - min(values)
-
-    def mean(values: list[float]) -> float:
-        return sum(values) / len(values)
-
-    metrics = {"val_loss": lambda run: run["val_loss"]}
-    metrics |= {f"{name}.acc": (lambda run, name=name: run["benchmarks"][name]["acc"]) for name in benchmarks}
-    noise = {metric: spread([value(run) for run in base]) for metric, value in metrics.items()}
-    base_mean = {metric: mean([value(run) for run in base]) for metric, value in metrics.items()}
-    comparison = {}
+    seeded = {}
     for name, run in runs.items():
-        if run["variant"] == BASE:
+        seeded.setdefault(run["variant"], []).append(name)
+    ids = losses[seeded[BASE][0]]["id"].to_pylist()
+    if any(table["id"].to_pylist() != ids for table in losses.values()):
+        raise ValueError("the runs' doc_losses/*.parquet score different validation documents: remove OUT/doc_losses")
+    if not slices[deciding].any():
+        raise ValueError(f"deciding_slice {deciding!r} holds no validation document: choose another")
+    tokens = losses[seeded[BASE][0]]["tokens"].to_numpy().astype(np.float64)
+    sums = {variant: np.stack([losses[run]["loss_sum"].to_numpy() for run in names]) for variant, names in seeded.items()}
+    shown = {name: mask for name, mask in slices.items() if mask.any()}
+    loss = {variant: {name: float(table[:, mask].sum() / tokens[mask].sum() / len(table)) for name, mask in shown.items()}
+            for variant, table in sums.items()}  # fmt: skip
+    accuracy, correct = {}, {}
+    for variant, names in seeded.items():
+        for benchmark in scores[names[0]]:
+            correct[variant, benchmark] = np.array([scores[run][benchmark]["item_correct"] for run in names])
+            items, chance = correct[variant, benchmark].shape[1], scores[names[0]][benchmark]["chance"]
+            acc = float(correct[variant, benchmark].mean())
+            accuracy.setdefault(variant, {})[benchmark] = {
+                "acc": acc, "chance": chance, "items": items, "at_chance": at_chance(round(acc * items), items, chance),
+                "per_seed": [scores[run][benchmark]["acc"] for run in names]}  # fmt: skip
+    comparison = {}
+    for variant in seeded:
+        if variant == BASE:
             continue
-        comparison[run["variant"]] = {metric: {"value": value(run), "delta": value(run) - base_mean[metric],
-                                               "exceeds_noise": abs(value(run) - base_mean[metric]) > noise[metric]}
-                                      for metric, value in metrics.items()}  # fmt: skip
-    return {"noise": noise, "base_mean": base_mean, "comparison": comparison}
+        intervals = {name: paired_interval(sums[variant][:, mask], sums[BASE][:, mask], tokens[mask]).to_json()
+                     for name, mask in shown.items()}  # fmt: skip
+        benchmarks = {}
+        for benchmark, mine in accuracy.get(variant, {}).items():
+            interval = paired_interval(correct[variant, benchmark], correct[BASE, benchmark],
+                                       np.ones(mine["items"])).to_json()  # fmt: skip
+            either_at_chance = mine["at_chance"] or accuracy[BASE][benchmark]["at_chance"]
+            benchmarks[benchmark] = interval | {"called": interval["resolved"] and not either_at_chance}
+        comparison[variant] = {"val_loss": intervals, "resolved": intervals[deciding]["resolved"], "benchmarks": benchmarks}
+    return {"loss": loss, "accuracy": accuracy, "comparison": comparison}

@@ -9,23 +9,30 @@ from matplotlib.figure import Figure
 from curation.report import png_base64
 
 
+def signed(interval: dict) -> str:
+    return f"{interval['difference']:+.4f} [{interval['low']:+.4f}, {interval['high']:+.4f}]"
+
+
 def comparison_table(results: dict) -> pd.DataFrame:
-    """A row per variant: what it ran, what it kept, and how it scored beside the base (mean of its seeds)."""
+    """A row per variant: what it ran and kept, its validation loss per slice (mean of its seeds), and beside the
+    base each difference with its 95% interval; accuracy with its at-chance flag and its difference."""
     rows = []
-    benchmarks = sorted({name for run in results["runs"].values() for name in run["benchmarks"]})
+    deciding = results["deciding_slice"]
     for name, variant in results["variants"].items():
-        runs = [run for run in results["runs"].values() if run["variant"] == name]
-        row = {"variant": name, "stages": len(variant["stages"]), "documents kept": variant["documents"],
-               "training tokens": variant["training_tokens"], "seeds": len(runs),
-               "final val loss": sum(run["val_loss"] for run in runs) / len(runs)}  # fmt: skip
         compared = results["comparison"].get(name)
-        row["val loss - base"] = compared["val_loss"]["delta"] if compared else 0.0
-        row["beyond seed noise"] = ("yes" if compared["val_loss"]["exceeds_noise"] else "no") if compared else "-"
-        for benchmark in benchmarks:
-            scores = [run["benchmarks"][benchmark] for run in runs]
-            low, high = scores[0]["acc_interval"]
-            row[f"{benchmark} acc"] = f"{sum(s['acc'] for s in scores) / len(scores):.3f} [{low:.3f}, {high:.3f}]"
-            row[f"{benchmark} beyond noise"] = ("yes" if compared[f"{benchmark}.acc"]["exceeds_noise"] else "no") if compared else "-"
+        row = {"variant": name, "stages": len(variant["stages"]), "documents kept": variant["documents"],
+               "training tokens": variant["training_tokens"]}  # fmt: skip
+        for slice_name, loss in results["loss"][name].items():
+            row[f"loss {slice_name}"] = loss
+            row[f"Δ loss {slice_name} [95%]"] = signed(compared["val_loss"][slice_name]) if compared else "-"
+        row[f"resolved ({deciding})"] = ("resolved" if compared["resolved"] else "not resolved") if compared else "-"
+        for benchmark, score in results["accuracy"].get(name, {}).items():
+            row[f"{benchmark} acc"] = f"{score['acc']:.3f}" + (" (at chance)" if score["at_chance"] else "")
+            if compared:
+                interval = compared["benchmarks"][benchmark]
+                row[f"Δ {benchmark} acc [95%]"] = f"{signed(interval)} {'called' if interval['called'] else 'not called'}"
+            else:
+                row[f"Δ {benchmark} acc [95%]"] = "-"
         rows.append(row)
     return pd.DataFrame(rows).set_index("variant")
 
@@ -58,7 +65,8 @@ def validation_figure(results: dict) -> Figure:
 
 def render(results: dict, out: Path) -> str:
     budget, validation = results["budget"], results["validation"]
-    noise = ", ".join(f"{metric} {value:.4f}" for metric, value in results["noise"].items())
+    slices = ", ".join(f"{name} {size['documents']:,} documents ({size['tokens']:,} tokens)"
+                       for name, size in results["slices"].items())  # fmt: skip
     parts = [
         f"<html><head><meta charset='utf-8'><title>Ablation: {html.escape(str(out))}</title></head><body>",
         f"<h1>Ablation of {html.escape(results['base'])}</h1>",
@@ -66,8 +74,11 @@ def render(results: dict, out: Path) -> str:
         f"{budget['tokens']:,} tokens ({budget['steps']} steps) per run ({html.escape(budget['why'])}); validation on "
         f"{validation['documents']:,} documents ({validation['tokens']:,} tokens) held out of the input before curation; "
         f"wall time {results['wall_seconds']:.0f} s.</p>",
-        f"<p>Seed-to-seed noise (largest difference between the base's seeds): {html.escape(noise)}. A variant's "
-        "difference from the base's mean counts as real only beyond it.</p>",
+        f"<p>Every variant ran with seeds {results['seeds']}, seed k paired with the base's seed k. Validation slices: "
+        f"{html.escape(slices)}; <b>{html.escape(results['deciding_slice'])}</b> decides (the spec's deciding_slice). "
+        "Each difference (variant minus base, nats per token; accuracy) comes with its 95% interval over seeds and "
+        "documents (or items), and is resolved only when the interval excludes zero. An accuracy not significantly "
+        "above chance (exact binomial test, 5%) is flagged at chance, and a difference involving it is never called.</p>",
         comparison_table(results).to_html(float_format=lambda value: f"{value:.4f}"),
         "<h2>Curation funnel</h2>", f"<img src='data:image/png;base64,{png_base64(funnel_figure(results))}'>",
         "<h2>Validation loss</h2>", f"<img src='data:image/png;base64,{png_base64(validation_figure(results))}'>",

@@ -16,9 +16,10 @@ ABLATE_HELP = "curate a recipe and its variants, train the same small model on e
 def add_ablate_arguments(ablate) -> None:
     ablate.description = (
         "Curates the base recipe and every variant on the same input (a variant reuses the base's stages it "
-        "shares), holds out validation documents from the input before curation, tokenizes all with one tokenizer, trains the same model from the same seed for the same tokens on each (the base with several "
-        "seeds, to measure the noise), scores multiple-choice benchmarks by log-likelihood, and writes "
-        "OUT/report.html and OUT/results.json. A rerun resumes every step."
+        "shares), holds out validation documents from the input before curation, tokenizes all with one tokenizer, trains the same model for the same tokens on each with the same seeds (3 by default), "
+        "scores every run on every validation document and on multiple-choice benchmarks, and writes each variant's "
+        "difference from the base with its 95% interval over seeds and documents to OUT/report.html and "
+        "OUT/results.json. A rerun resumes every step."
     )  # fmt: skip
     ablate.add_argument("ablation", nargs="?", help="ablation YAML (base, variants, tokens, model, benchmarks, ...); "
                         "flags override it")  # fmt: skip
@@ -29,7 +30,8 @@ def add_ablate_arguments(ablate) -> None:
     ablate.add_argument("--tokens", type=positive_int, help="training tokens per run (default: 20 per parameter, "
                         "capped so no variant repeats its tokens)")  # fmt: skip
     ablate.add_argument("--model", help="training preset tiny|small|1b or a settings YAML (default tiny)")
-    ablate.add_argument("--seeds", type=positive_int, dest="noise_seeds", help="runs of the base with other seeds (default 2)")
+    ablate.add_argument("--seeds", type=positive_int, help="runs of every variant, base included, seed k paired with "
+                        "seed k (default 3, at least 2)")  # fmt: skip
     ablate.add_argument("--benchmark", action="append", default=[], metavar="NAME=FORMAT:PATH",
                         help="a multiple-choice benchmark, local file, e.g. arc=arc:ARC-Easy-Test.jsonl (formats "
                         "hellaswag, arc, mmlu); repeatable")  # fmt: skip
@@ -74,7 +76,7 @@ def cmd_ablate(args) -> int:
         variants = [load_variant(path) for path in args.variant] or None
         benchmarks = [_benchmark_argument(text) for text in args.benchmark] or None
         spec = load_ablation(args.ablation, base=args.base, variants=variants, tokens=args.tokens, model=args.model,
-                             noise_seeds=args.noise_seeds, benchmarks=benchmarks)  # fmt: skip
+                             seeds=args.seeds, benchmarks=benchmarks)  # fmt: skip
         inputs, snapshot = resolve_inputs(args, console, load_recipe(spec.base).source.kind)
         ablation = Ablation(spec, args.out, inputs, snapshot, log=console.print)
     except (RecipeError, ValueError, OSError) as error:
@@ -114,14 +116,14 @@ def _print_ablation(results: dict, console: Console) -> None:
     from experiments.ablation_report import comparison_table
 
     frame = comparison_table(results)
-    table = Table(title=f"Ablation: {results['budget']['tokens']:,} tokens per run; seed noise in val loss "
-                        f"{results['noise']['val_loss']:.4f}")  # fmt: skip
-    table.add_column("variant")
-    for column in frame.columns:
-        table.add_column(str(column), justify="right")
-    for name, row in frame.iterrows():
-        table.add_row(str(name), *(f"{value:.4f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int)
-                                   else str(value) for value in row))  # fmt: skip
+    table = Table(title=f"Ablation: {results['budget']['tokens']:,} tokens per run, seeds {results['seeds']}; "
+                        f"differences from the base with 95% intervals; {results['deciding_slice']} decides")  # fmt: skip
+    table.add_column("variant")  # a column per variant: a row per figure fits a terminal's width
+    for name in frame.index:
+        table.add_column(str(name), justify="right")
+    for figure, values in frame.T.iterrows():
+        table.add_row(str(figure), *(f"{value:.4f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int)
+                                     else str(value) for value in values))  # fmt: skip
     console.print(table)
 
 

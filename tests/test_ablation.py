@@ -1,14 +1,17 @@
 """`curate ablate`: variant recipes, multiple-choice scoring, and a two-variant ablation end to end on real parts."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import torch
 
 from experiments.ablation import AblationSpec, VariantSpec, variant_recipe
+from experiments.ablation_report import signed
 from curation.recipe import RecipeError, load_recipe
 from curation.sources import sample
 from filters.benchmark_index import BenchmarkSpec, ChoiceItem, load_choice_items
@@ -50,6 +53,11 @@ def test_ablation_files_and_flags_are_validated_with_errors_that_name_the_field(
     with pytest.raises(RecipeError, match="tokens: Input should be greater than 0"):
         load_ablation(str(spec))
     assert load_ablation(str(spec), tokens=1000).tokens == 1000  # a flag overrides the file
+    assert load_ablation(str(spec), tokens=1000).seeds == 3  # the default: every variant at 3 paired seeds
+    with pytest.raises(RecipeError, match="seeds: Input should be greater than or equal to 2"):
+        load_ablation(str(spec), tokens=1000, seeds=1)
+    with pytest.raises(RecipeError, match="deciding_slice: Input should be 'all', 'kept' or 'removed'"):
+        load_ablation(str(spec), tokens=1000, deciding_slice="clean")
     spec.write_text("variants: [{name: a, remove: [quality]}]\n")
     assert main(["ablate", str(spec), "--benchmark", "arc-only-a-name"]) == 2
     assert "give NAME=FORMAT:PATH" in capsys.readouterr().err
@@ -137,6 +145,32 @@ def test_accuracy_counts_known_answers_and_acc_norm_does_not_favour_short_ending
     assert (uniform.acc, uniform.acc_norm) == (0.0, 1.0)
 
 
+def test_document_losses_are_each_document_scored_alone_after_eos_and_long_ones_in_windows():
+    """Batched, padded, length-sorted scoring equals a full forward pass over EOS + the document; a document longer
+    than seq_len is the sum of its windows (each predicting seq_len tokens from a fresh context), every token once."""
+    from training.doc_losses import loss_sums, windows
+
+    model, tokenizer = tiny_model_and_tokenizer()
+    model.eval()
+    short = tokenizer.encode(CONTEXT).ids
+    long = tokenizer.encode(" ".join(f"{CONTEXT} {e}" for e in ENDINGS * 4)).ids
+    eos, seq_len = 0, 16
+    assert len(short) < seq_len < len(long)
+
+    def alone(stream: list[int]) -> float:
+        ids = torch.tensor([stream])
+        with torch.no_grad():
+            return float(torch.nn.functional.cross_entropy(model(ids[:, :-1])[0], ids[0, 1:], reduction="sum"))
+
+    got = loss_sums(model, [short, [], long], eos, seq_len, batch=2)
+    assert got[0] == pytest.approx(alone([eos, *short]), rel=1e-5) and got[1] == 0.0
+    pieces = windows(long, eos, seq_len)
+    assert [len(p) - 1 for p in pieces[:-1]] == [seq_len] * (len(pieces) - 1) and sum(len(p) - 1 for p in pieces) == len(long)
+    assert [token for p in pieces for token in p[1:]] == long and all(p[0] == q[-1] for q, p in zip(pieces, pieces[1:]))
+    assert got[2] == pytest.approx(sum(alone(p) for p in pieces), rel=1e-5)
+    assert loss_sums(model, [short, [], long], eos, seq_len, batch=1) == pytest.approx(got, rel=1e-5)
+
+
 def test_wilson_interval():
     assert wilson_interval(0, 10)[0] == 0.0 and 0.2 < wilson_interval(0, 10)[1] < 0.35
     low, high = wilson_interval(50, 100)
@@ -144,7 +178,10 @@ def test_wilson_interval():
 
 
 @pytest.mark.slow
-def test_two_variant_ablation_end_to_end_and_resumed(tmp_path):
+def test_ablation_end_to_end_paired_intervals_and_resumed(tmp_path):
+    """Two seeds (set here to keep CI short; the default is 3) of the base, a variant without the quality filter and
+    a variant identical to the base: the identical one scores every document exactly as the base does, so its
+    difference is 0 and never resolved."""
     pages = tmp_path / "pages"
     sample.generate(pages, pages=300, files=3, seed=5)
     benchmark = tmp_path / "hellaswag.jsonl"
@@ -155,7 +192,9 @@ def test_two_variant_ablation_end_to_end_and_resumed(tmp_path):
 base: fineweb-snapshot
 variants:
   - {{name: no-quality, remove: [quality]}}
+  - {{name: same}}
 tokens: 16000
+seeds: 2
 eval_every: 5
 validation_fraction: 0.1
 benchmarks:
@@ -163,10 +202,11 @@ benchmarks:
 """)
     out = tmp_path / "ablation"
     command = CURATE + ["ablate", str(ablation), "--input", f"{pages}/*.warc.gz", "--out", str(out), "--num-cpus", "2"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads((out / "results.json").read_text())
-    assert set(results["runs"]) == {"base-seed0", "base-seed1", "no-quality-seed0"}
+    assert set(results["runs"]) == {f"{v}-seed{s}" for v in ("base", "no-quality", "same") for s in (0, 1)}
+    assert results["seeds"] == [0, 1] and results["deciding_slice"] == "kept"
     shared = results["variants"]["no-quality"]["shared_with_base"]
     assert shared == ["00_read", "01_url_filter", "02_extract", "03_langid", "04_badwords", "05_heuristics"]
     for base_part in (out / "curated" / "base" / "05_heuristics").glob("part-*.parquet"):  # reused, not computed again
@@ -177,19 +217,41 @@ benchmarks:
         validated = [(row["step"], row["val_loss"]) for row in rows if row.get("val_loss") is not None]
         assert [tuple(point) for point in run["curve"]] == validated and run["val_loss"] == validated[-1][1]
         assert run["benchmarks"]["tiny-hellaswag"]["items"] == 12
-    base = [results["runs"][f"base-seed{s}"]["val_loss"] for s in (0, 1)]
-    assert results["noise"]["val_loss"] == pytest.approx(abs(base[0] - base[1]))
-    delta = results["runs"]["no-quality-seed0"]["val_loss"] - sum(base) / 2
-    compared = results["comparison"]["no-quality"]["val_loss"]
-    assert compared["delta"] == pytest.approx(delta) and compared["exceeds_noise"] == (abs(delta) > results["noise"]["val_loss"])
+
+    # every run scored every validation document; the slices split them by the base's final stage
+    held = pq.read_table(out / "validation" / "tokens" / "part-00000.parquet", columns=["id", "n_tokens"])
+    losses = {name: pq.read_table(out / "doc_losses" / f"{name}.parquet") for name in results["runs"]}
+    for table in losses.values():
+        assert table["id"].to_pylist() == held["id"].to_pylist() and table["tokens"].to_pylist() == held["n_tokens"].to_pylist()
+    kept_ids = {i for part in (out / "curated" / "base" / "10_pii").glob("part-*.parquet") for i in pq.read_table(part)["id"].to_pylist()}
+    kept = sum(i in kept_ids for i in held["id"].to_pylist())
+    assert (results["slices"]["kept"]["documents"], results["slices"]["removed"]["documents"]) == (kept, held.num_rows - kept)
+    assert 0 < kept < held.num_rows and results["slices"]["all"]["tokens"] == sum(held["n_tokens"].to_pylist())
+    base_sums = [losses[f"base-seed{s}"]["loss_sum"].to_numpy() for s in (0, 1)]
+    assert results["loss"]["base"]["all"] == pytest.approx(sum(x.sum() for x in base_sums) / 2 / results["slices"]["all"]["tokens"])
+
+    same = results["comparison"]["same"]
+    for s in (0, 1):
+        assert losses[f"same-seed{s}"]["loss_sum"].to_pylist() == losses[f"base-seed{s}"]["loss_sum"].to_pylist()
+    assert all(v["difference"] == 0.0 and not v["resolved"] for v in same["val_loss"].values()) and not same["resolved"]
+    compared = results["comparison"]["no-quality"]
+    for name, interval in compared["val_loss"].items():
+        assert interval["low"] <= interval["difference"] <= interval["high"] and len(interval["per_seed"]) == 2
+        assert interval["difference"] == pytest.approx(results["loss"]["no-quality"][name] - results["loss"]["base"][name])
+    assert compared["resolved"] == compared["val_loss"]["kept"]["resolved"]
+    accuracy = results["accuracy"]["base"]["tiny-hellaswag"]
+    assert accuracy["chance"] == pytest.approx(1 / 3) and accuracy["items"] == 12
+    assert accuracy["at_chance"] == (accuracy["acc"] * 12 < 8)  # on 12 items, 8 right is the least above a third at 5%
+    assert not compared["benchmarks"]["tiny-hellaswag"]["called"]
     report = (out / "report.html").read_text()
-    assert f"{results['runs']['no-quality-seed0']['val_loss']:.4f}" in report and "Curation funnel" in report
-    # rerun: every step's output is there, nothing is trained or curated again
-    mtimes = {p: p.stat().st_mtime_ns for p in out.rglob("part-*.parquet")}
+    assert signed(compared["val_loss"]["kept"]) in report and "Curation funnel" in report and "(at chance)" in report
+    assert "kept</b> decides" in report and "noise" not in json.dumps(results)
+
+    # rerun: every step's output is there, nothing is curated, trained or scored again
+    outputs = [*out.rglob("part-*.parquet"), *(out / "doc_losses").glob("*.parquet")]  # a rerun's curation report is new
+    mtimes = {p: p.stat().st_mtime_ns for p in outputs}
     again = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert json.loads((out / "results.json").read_text())["runs"] == results["runs"]
-    assert {p: p.stat().st_mtime_ns for p in out.rglob("part-*.parquet")} == mtimes
-    assert "training base-seed" not in again.stdout and "training no-quality" not in again.stdout
-    validation = Path(out / "validation" / "part-00000.parquet")
-    assert validation.is_file()
+    assert json.loads((out / "results.json").read_text())["comparison"] == results["comparison"]
+    assert {p: p.stat().st_mtime_ns for p in outputs} == mtimes and len(mtimes) > 6
+    assert not re.search(r"(training|scoring) \S+-seed\d", again.stdout) and "training base-seed0" in done.stdout

@@ -7,14 +7,12 @@ noise, and an ablation must not read that noise as a difference.
 """
 
 import math
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from training.export import find_checkpoint, load_model
-from shard_contract import TOKENIZER_FILE
+from training.export import load_run
 
 
 @dataclass
@@ -24,6 +22,8 @@ class ChoiceScores:
     acc_interval: tuple[float, float]
     acc_norm: float
     acc_norm_interval: tuple[float, float]
+    chance: float  # the accuracy of guessing: the mean over items of 1 / choices
+    item_correct: list[int]  # 1 where `acc` picked the answer, in item order: what a paired comparison resamples
 
 
 def wilson_interval(correct: int, total: int, z: float = 1.96) -> tuple[float, float]:
@@ -59,24 +59,19 @@ def choice_log_likelihoods(model, tokenizer, context: str, choices: list[str]) -
 
 def score(model, tokenizer, items) -> ChoiceScores:
     """Accuracy over items that have `context`, `choices` and `answer` (an index), e.g. curate's benchmark items."""
-    correct = correct_norm = 0
+    item_correct, correct_norm = [], 0
     for item in items:
         sums = choice_log_likelihoods(model, tokenizer, item.context, item.choices)
         per_byte = [s / max(1, len(choice.encode("utf-8"))) for s, choice in zip(sums, item.choices)]
-        correct += max(range(len(sums)), key=sums.__getitem__) == item.answer
+        item_correct.append(int(max(range(len(sums)), key=sums.__getitem__) == item.answer))
         correct_norm += max(range(len(per_byte)), key=per_byte.__getitem__) == item.answer
-    total = len(items)
-    return ChoiceScores(total, correct / max(1, total), wilson_interval(correct, total),
-                        correct_norm / max(1, total), wilson_interval(correct_norm, total))  # fmt: skip
+    total, correct = len(items), sum(item_correct)
+    chance = sum(1 / len(item.choices) for item in items) / max(1, total)
+    return ChoiceScores(total, correct / max(1, total), wilson_interval(correct, total), correct_norm / max(1, total),
+                        wilson_interval(correct_norm, total), chance, item_correct)  # fmt: skip
 
 
 def score_run(run: str | Path, benchmarks: dict[str, list]) -> dict[str, ChoiceScores]:
     """Every benchmark's scores for the latest complete checkpoint of a training run, on this process's CPU."""
-    from tokenizers import Tokenizer
-
-    run_dir, step = find_checkpoint(run)
-    with warnings.catch_warnings():  # DCP says it loads in one process: what this is
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        model = load_model(run_dir, step)
-    tokenizer = Tokenizer.from_file(str(run_dir / TOKENIZER_FILE))
+    model, tokenizer = load_run(run)
     return {name: score(model, tokenizer, items) for name, items in benchmarks.items()}

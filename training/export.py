@@ -10,6 +10,7 @@ permutation on both leaves every attention score unchanged).
 
 import json
 import shutil
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -49,6 +50,17 @@ def load_model(run: Path, step: Path) -> Transformer:
     dcp.load(state, checkpoint_id=str(step), no_dist=True)
     model.load_state_dict(state["model"])
     return model.float().eval()
+
+
+def load_run(run: str | Path):
+    """(model, tokenizer) of a training run's latest complete checkpoint (or RUN/checkpoints/step-N), on the CPU."""
+    from tokenizers import Tokenizer
+
+    run_dir, step = find_checkpoint(run)
+    with warnings.catch_warnings():  # DCP says it loads in one process: what this is
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        model = load_model(run_dir, step)
+    return model, Tokenizer.from_file(str(run_dir / TOKENIZER_FILE))
 
 
 def _half_split(weight: torch.Tensor, heads: int) -> torch.Tensor:
