@@ -82,6 +82,8 @@ class AblationSpec(BaseModel):
     eval_sequences: int = Field(64, gt=0, description="validation sequences scored at each validation")
     vocab_size: int = Field(4096, ge=512)
     ranks: int | None = Field(None, gt=0, description="processes per training run (default: GPUs, else 2)")
+    ladder: bool = Field(False, description="also train every variant on the same small ladder (experiments.ablation_ladder): "
+                         "the order of each pair at every rung, and the tokens of one variant that match another")  # fmt: skip
     benchmarks: list[BenchmarkSpec] = Field(default_factory=list, description="multiple-choice benchmarks (formats "
                                             "hellaswag, arc, mmlu or your own fields with choices and answer), local files")  # fmt: skip
 
@@ -249,6 +251,18 @@ class Ablation:
         per_step = config.base_shape().tokens_per_step
         return tokens, max(1, tokens // per_step), why
 
+    def ladders(self, documents: Path, token_stats: dict[str, dict]) -> dict:
+        """Every variant on the same small ladder, its budgets what the smallest variant's data allows."""
+        from tokenizers import Tokenizer
+
+        from experiments.ablation_ladder import run_ladders
+
+        trainable = min(sum(s["tokens"] - s["validation_tokens"] for s in stats["sources"].values())
+                        for stats in token_stats.values())  # fmt: skip
+        vocab = Tokenizer.from_file(str(self.out / TOKENIZER_FILE)).get_vocab_size()
+        mixtures = {name: self.mixture(name, documents) for name in self.recipes}
+        return run_ladders(self.out, mixtures, trainable, vocab, self.spec.max_epochs, self.log)
+
     def mixture(self, variant: str, documents: Path) -> Path:
         path = self.out / "mixtures" / f"{variant}.yaml"
         mixture = {
@@ -385,6 +399,8 @@ def run_ablation(ablation: Ablation, run_recipe) -> dict:
         "runs": runs,
     }  # fmt: skip
     results |= compare(runs, losses, slices, scores, ablation.spec.deciding_slice)
+    if ablation.spec.ladder:
+        results["ladder"] = ablation.ladders(documents, token_stats)
     results["wall_seconds"] = round(time.perf_counter() - started, 1)
     write_json_atomic(LOCAL, str(ablation.out / "results.json"), results)
     write_text_atomic(LOCAL, str(ablation.out / "report.html"), render(results, ablation.out))

@@ -17,7 +17,7 @@ from experiments.ladder import PRESETS, Ladder, LadderSpec, model_size, run_ladd
 def ladder_spec(mixture: Path, smallest_tokens: int, vocab: int, max_epochs: float) -> LadderSpec:
     """The cpu preset's widths at three doubling budgets, the largest what the smallest width trains on the
     smallest variant's data within max_epochs (so every variant's every rung fits its data)."""
-    spec = LadderSpec(mixture=str(mixture), **(PRESETS["cpu"] | {"mixture": str(mixture)}), forecast=False)
+    spec = LadderSpec(**(PRESETS["cpu"] | {"mixture": str(mixture), "forecast": False}))
     per_token = model_size(spec, spec.widths[0], vocab)[2]
     top = 0.95 * smallest_tokens * max_epochs * per_token
     return spec.model_copy(update={"budgets": [top / 4, top / 2, top]})

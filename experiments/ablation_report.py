@@ -63,6 +63,30 @@ def validation_figure(results: dict) -> Figure:
     return figure
 
 
+def ladder_table(ladder: dict) -> pd.DataFrame:
+    """A row per pair of variants: the better one at every rung (by compute), decision accuracy, tokens to match."""
+    rows = []
+    for pair in ladder["pairs"]:
+        first, second = pair["variants"]
+        tokens = pair["at"]["tokens"]
+        rows.append({"pair": f"{first} vs {second}",
+                     "better at each rung (by compute)": ", ".join(order["better"] for order in pair["rungs"]),
+                     "decision accuracy": pair["decision_accuracy"], "smallest rung's order holds": pair["smallest_order_holds"],
+                     f"tokens of {second} to match {first}, x": pair[f"tokens_of_{second}_to_match_{first}"] / tokens,
+                     f"tokens of {first} to match {second}, x": pair[f"tokens_of_{first}_to_match_{second}"] / tokens})  # fmt: skip
+    return pd.DataFrame(rows).set_index("pair")
+
+
+def ladder_html(ladder: dict | None) -> str:
+    if not ladder:
+        return ""
+    return ("<h2>Ladders (--ladder)</h2><p>Every variant trained on the same small ladder (IsoFLOP sets of `train "
+            "ladder`); decision accuracy: the share of rungs whose better variant is the one better at the largest "
+            "compute (DataDecide). Tokens to match: from each variant's fitted law, the tokens of one variant's data "
+            "that reach the other's loss at the largest rung's size, as a multiple of that rung's tokens (inf: never "
+            "at that size).</p>" + ladder_table(ladder).to_html(float_format=lambda value: f"{value:.3g}"))
+
+
 def render(results: dict, out: Path) -> str:
     budget, validation = results["budget"], results["validation"]
     slices = ", ".join(f"{name} {size['documents']:,} documents ({size['tokens']:,} tokens)"
@@ -80,6 +104,7 @@ def render(results: dict, out: Path) -> str:
         "documents (or items), and is resolved only when the interval excludes zero. An accuracy not significantly "
         "above chance (exact binomial test, 5%) is flagged at chance, and a difference involving it is never called.</p>",
         comparison_table(results).to_html(float_format=lambda value: f"{value:.4f}"),
+        ladder_html(results.get("ladder")),
         "<h2>Curation funnel</h2>", f"<img src='data:image/png;base64,{png_base64(funnel_figure(results))}'>",
         "<h2>Validation loss</h2>", f"<img src='data:image/png;base64,{png_base64(validation_figure(results))}'>",
         "<h2>Stages of each variant</h2><ul>",

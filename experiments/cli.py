@@ -30,6 +30,9 @@ def add_ablate_arguments(ablate) -> None:
     ablate.add_argument("--tokens", type=positive_int, help="training tokens per run (default: 20 per parameter, "
                         "capped so no variant repeats its tokens)")  # fmt: skip
     ablate.add_argument("--model", help="training preset tiny|small|1b or a settings YAML (default tiny)")
+    ablate.add_argument("--ladder", action="store_true", help="also train every variant on the same small ladder "
+                        "(IsoFLOP sets of `train ladder`, budgets the smallest variant's data allows): each pair's order at "
+                        "every rung, decision accuracy, and the tokens of one variant's data that match another's loss")  # fmt: skip
     ablate.add_argument("--seeds", type=positive_int, help="runs of every variant, base included, seed k paired with "
                         "seed k (default 3, at least 2)")  # fmt: skip
     ablate.add_argument("--benchmark", action="append", default=[], metavar="NAME=FORMAT:PATH",
@@ -76,7 +79,7 @@ def cmd_ablate(args) -> int:
         variants = [load_variant(path) for path in args.variant] or None
         benchmarks = [_benchmark_argument(text) for text in args.benchmark] or None
         spec = load_ablation(args.ablation, base=args.base, variants=variants, tokens=args.tokens, model=args.model,
-                             seeds=args.seeds, benchmarks=benchmarks)  # fmt: skip
+                             seeds=args.seeds, benchmarks=benchmarks, ladder=args.ladder or None)  # fmt: skip
         inputs, snapshot = resolve_inputs(args, console, load_recipe(spec.base).source.kind)
         ablation = Ablation(spec, args.out, inputs, snapshot, log=console.print)
     except (RecipeError, ValueError, OSError) as error:
@@ -125,7 +128,10 @@ def _print_ablation(results: dict, console: Console) -> None:
         table.add_row(str(figure), *(f"{value:.4f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int)
                                      else str(value) for value in values))  # fmt: skip
     console.print(table)
+    if results.get("ladder"):
+        from experiments.ablation_report import ladder_table
 
+        console.print(ladder_table(results["ladder"]).to_string(float_format=lambda value: f"{value:.3g}"))
 
 
 CURATE_COMMANDS = {"ablate": (ABLATE_HELP, add_ablate_arguments, cmd_ablate), "report": ("", add_report_arguments, cmd_report)}

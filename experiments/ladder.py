@@ -10,7 +10,8 @@ OUT/forecast.json          the held-out rung's predicted loss, written before th
 OUT/fit.json, OUT/report.html
 ```
 The shape rule (OLMo's ladder picks depth, width and heads from a table; ours is one line so any width is a rung):
-`n_layers = max(1, round(width / aspect))`, `n_heads = n_kv_heads = max(1, width // head_dim)`, `ffn_hidden` = 8/3 x
+`n_layers = max(1, round(width / aspect))`, `n_heads = n_kv_heads` = the most heads of at least head_dim
+dimensions that divide the width, `ffn_hidden` = 8/3 x
 width rounded up to a multiple of 16, tied embeddings. N counts both ways: total (Chinchilla: every parameter) and
 non-embedding (Kaplan); a rung's FLOPs are the model's FLOPs per token (6N plus attention, training.model) x tokens.
 """
@@ -93,6 +94,8 @@ def load_ladder(path: str | None, **overrides) -> LadderSpec:
 
 def shape(spec: LadderSpec, width: int) -> dict:
     heads = max(1, width // spec.head_dim)
+    while width % heads:  # the most heads of at least head_dim that divide the width
+        heads -= 1
     return {"dim": width, "n_layers": max(1, round(width / spec.aspect)), "n_heads": heads, "n_kv_heads": heads,
             "ffn_hidden": -(-8 * width // 3 // 16) * 16, "tie_embeddings": True}  # fmt: skip
 
@@ -134,9 +137,9 @@ def make_rung(spec: LadderSpec, width: int, budget: float, vocab: int, held_out:
 
 
 def widths_nearest(spec: LadderSpec, params: float, vocab: int, count: str) -> list[int]:
-    """Widths (multiples of head_dim, from the smallest rung's to twice the largest's), nearest in N to `params` first."""
+    """Widths (steps of 8, from the smallest rung's to twice the largest's), nearest in N to `params` first."""
     index = 0 if count == "total" else 1
-    candidates = range(spec.widths[0], 2 * spec.widths[-1] + 1, spec.head_dim)
+    candidates = range(spec.widths[0], 2 * spec.widths[-1] + 1, 8)
     return sorted(candidates, key=lambda width: abs(math.log(model_size(spec, width, vocab)[index] / params)))
 
 
@@ -359,4 +362,5 @@ def report_html(summary: dict) -> str:
     return render(summary["fits"][count], summary["rungs"], f"Ladder on {summary['mixture']} (N: {count} parameters)", preface)
 
 
-LADDER_RULE = "n_layers = round(width / {aspect}), n_heads = n_kv_heads = width // {head_dim}, ffn_hidden = 8/3 width (x16), tied embeddings"
+LADDER_RULE = ("n_layers = round(width / {aspect}), n_heads = n_kv_heads = the most heads of >= {head_dim} dimensions "
+               "dividing the width, ffn_hidden = 8/3 width (x16), tied embeddings")
