@@ -5,7 +5,8 @@ Chinchilla fit of their validation losses, and one larger rung forecast before i
 OUT/ladder.json            the ladder as given; a rerun into OUT must give the same one (then it resumes)
 OUT/configs/<rung>.yaml    the training settings of each rung (its shape by the rule below)
 OUT/runs/<rung>/           a `train` run per rung (its log beside it); a killed rung resumes from its checkpoint
-OUT/results/<rung>.json    a finished rung: N both ways, tokens, FLOPs, final validation loss, seconds
+OUT/results/<rung>.json    a finished rung: N both ways, tokens, FLOPs, final validation loss, and the wall seconds
+                           of the invocation that finished it
 OUT/forecast.json          the held-out rung's predicted loss, written before that rung trains
 OUT/fit.json, OUT/report.html
 ```
@@ -157,7 +158,6 @@ class Ladder:
         self.mixture = load_mixture(spec.mixture)
         self.vocab = Tokenizer.from_str(storage.read_text(self.mixture.tokenizer_path())).get_vocab_size()
         self.rungs = [make_rung(spec, width, budget, self.vocab) for budget in spec.budgets for width in spec.widths]
-        self.tokens_per_step = spec.global_batch * spec.seq_len
         self.shards = None
         self.ranks = spec.ranks or self._gpus()
 
