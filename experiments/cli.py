@@ -160,12 +160,12 @@ def _ladder_parser() -> argparse.ArgumentParser:
         "finished rungs and resumes a killed one from its checkpoint.",
     )
     parser.add_argument("ladder", nargs="?", default="cpu", help="a ladder YAML of LadderSpec fields, or a preset: cpu (the "
-                        "default: widths 48-128, budgets 1e12-4e12 FLOPs, ~15 min on 2 cores) or gpu (widths 384-1536, "
-                        "budgets 1e18-1e19); flags override it")  # fmt: skip
+                        "default: widths 24-64, budgets 5e11-2e12 FLOPs, ~20 min on 2 cores) or gpu (widths 512-1536, "
+                        "budgets 2e18-2e19); flags override it")  # fmt: skip
     parser.add_argument("--mixture", help="mixture YAML (the cpu preset's data: mixtures/ladder_code.yaml)")
     parser.add_argument("--out", default="runs/ladder", help="ladder folder (default runs/ladder)")
-    parser.add_argument("--widths", type=_numbers, help="model widths, e.g. 48,64,96,128 (at least 4)")
-    parser.add_argument("--budgets", type=_numbers, help="IsoFLOP compute budgets in FLOPs, e.g. 1e12,2e12,4e12 (at least 3)")
+    parser.add_argument("--widths", type=_numbers, help="model widths, e.g. 24,32,48,64 (at least 4)")
+    parser.add_argument("--budgets", type=_numbers, help="IsoFLOP compute budgets in FLOPs, e.g. 5e11,1e12,2e12 (at least 3)")
     parser.add_argument("--holdout-factor", type=float, dest="holdout_factor", help="held-out rung's compute over the largest budget")
     parser.add_argument("--parallel", type=positive_int, help="rungs trained side by side (default 2: one per core)")
     parser.add_argument("--ranks", type=positive_int, help="processes per rung (default 1)")

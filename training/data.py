@@ -159,21 +159,21 @@ class SourceStream:
             self._windows = key, np.random.default_rng([self.seed, epoch, length, 1]).permutation(count)
         return int(self._windows[1][offset // length]) * length
 
-    def _documents(self, epoch: int, offset: int, length: int) -> tuple[list[int], int]:
-        """The documents (indexes) a window overlaps, in stream order, and where the first of them starts."""
+    def _documents(self, epoch: int, offset: int, length: int) -> tuple[list[int], int, int]:
+        """The documents (indexes) the window the state calls (epoch, offset) overlaps, in stream order, where the
+        first of them starts, and where the window lies in the stream."""
         offset = self._window(epoch, offset, length)
         order, starts = self._layout(epoch)
         first = int(np.searchsorted(starts, offset, side="right") - 1)
         last = int(np.searchsorted(starts, offset + length + 1, side="left"))
-        return [int(order[i]) for i in range(first, last) if self.doc_lengths[order[i]]], int(starts[first])
+        return [int(order[i]) for i in range(first, last) if self.doc_lengths[order[i]]], int(starts[first]), offset
 
     def doc_ids_of(self, epoch: int, offset: int, length: int) -> list[str]:
         return [self.doc_ids[doc] for doc in self._documents(epoch, offset, length)[0]]
 
     def sequence(self, epoch: int, offset: int, length: int) -> np.ndarray:
         """length + 1 tokens: inputs are [:-1], targets [1:]."""
-        documents, first_start = self._documents(epoch, offset, length)
-        offset = self._window(epoch, offset, length)
+        documents, first_start, offset = self._documents(epoch, offset, length)
         pieces = []
         for doc in documents:
             pieces += [self._doc_tokens(doc), np.array([self.eos_id])]
