@@ -13,7 +13,8 @@ OUT/fit.json, OUT/report.html
 The shape rule (OLMo's ladder picks depth, width and heads from a table; ours is one line so any width is a rung):
 `n_layers = max(1, round(width / aspect))`, `n_heads = n_kv_heads` = the most heads of at least head_dim
 dimensions that divide the width, `ffn_hidden` = 8/3 x
-width rounded up to a multiple of 16, tied embeddings. N counts both ways: total (Chinchilla: every parameter) and
+width rounded up to a multiple of 16, tied embeddings, peak lr = lr x lr_width / width (measured, `learning_rate`).
+N counts both ways: total (Chinchilla: every parameter) and
 non-embedding (Kaplan); a rung's FLOPs are the model's FLOPs per token (6N plus attention, training.model) x tokens.
 """
 
@@ -53,7 +54,9 @@ class LadderSpec(BaseModel):
     head_dim: int = Field(16, gt=0)
     seq_len: int = Field(128, gt=0)
     global_batch: int = Field(16, gt=0)
-    lr: float = Field(3e-3, gt=0)
+    lr: float = Field(4e-3, gt=0, description="peak learning rate (of the lr_width model when lr_width is set)")
+    lr_width: int | None = Field(64, gt=0, description="scale lr by lr_width / width (Adam's rule for hidden layers, "
+                                 "as muP): lr is the lr_width model's; none: one lr for every width")
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
     warmup_fraction: float = Field(0.05, ge=0, lt=1)
     eval_sequences: int = Field(256, gt=0, description="held-out sequences per source scored at the end of each rung")
@@ -83,7 +86,7 @@ class LadderSpec(BaseModel):
 PRESETS = {
     "cpu": {"mixture": "mixtures/ladder_code.yaml"},
     "gpu": {"widths": [512, 768, 1024, 1280, 1536], "budgets": [2e18, 6e18, 2e19], "holdout_factor": 3.0, "aspect": 64,
-            "head_dim": 64, "seq_len": 2048, "global_batch": 256, "micro_batch": 8, "lr": 1e-3, "eval_sequences": 512,
+            "head_dim": 64, "seq_len": 2048, "global_batch": 256, "micro_batch": 8, "lr": 1e-3, "lr_width": None, "eval_sequences": 512,
             "parallel": 1, "ranks": None},
 }  # fmt: skip
 
@@ -99,6 +102,12 @@ def shape(spec: LadderSpec, width: int) -> dict:
         heads -= 1
     return {"dim": width, "n_layers": max(1, round(width / spec.aspect)), "n_heads": heads, "n_kv_heads": heads,
             "ffn_hidden": -(-8 * width // 3 // 16) * 16, "tie_embeddings": True}  # fmt: skip
+
+
+def learning_rate(spec: LadderSpec, width: int) -> float:
+    """A width's peak lr: the optimum moves as 1/width (cpu preset, 1e12 FLOPs: width 24 best at >= 1.2e-2 of
+    1.5e-3..1.2e-2, width 64 between 3e-3 and 6e-3), so one lr for all trains some rungs far from their optimum."""
+    return spec.lr if spec.lr_width is None else spec.lr * spec.lr_width / width
 
 
 @dataclass
@@ -196,7 +205,7 @@ class Ladder:
         settings = {
             "model": "tiny", "model_overrides": shape(spec, rung.width), "seq_len": spec.seq_len, "steps": rung.steps,
             "global_batch": spec.global_batch, "micro_batch": spec.micro_batch or spec.global_batch // self.ranks,
-            "lr": spec.lr, "min_lr": spec.lr * spec.min_lr_ratio, "warmup": round(spec.warmup_fraction * rung.steps),
+            "lr": learning_rate(spec, rung.width), "min_lr": learning_rate(spec, rung.width) * spec.min_lr_ratio, "warmup": round(spec.warmup_fraction * rung.steps),
             "schedule": "cosine", "shuffle_sequences": True, "seed": spec.seed, "eval_every": rung.steps,
             "eval_sequences": spec.eval_sequences, "checkpoint_every": max(1, rung.steps // 4), "keep_checkpoints": 1,
             "log_every": max(1, rung.steps // 50),
@@ -328,7 +337,8 @@ def run_ladder(ladder: Ladder) -> dict:
     summary = {"mixture": ladder.spec.mixture, "count": ladder.spec.count, "counts": {"total": "Chinchilla: every parameter",
                "non_embedding": "Kaplan: without the embedding (tied with the output layer)"}, "fits": fits,
                "forecast": forecast, "rungs": points + held, "wall_seconds": round(time.perf_counter() - started, 1),
-               "shape_rule": LADDER_RULE.format(aspect=ladder.spec.aspect, head_dim=ladder.spec.head_dim)}  # fmt: skip
+               "shape_rule": LADDER_RULE.format(aspect=ladder.spec.aspect, head_dim=ladder.spec.head_dim, lr=(
+               f"{ladder.spec.lr:g}" if ladder.spec.lr_width is None else f"{ladder.spec.lr:g} x {ladder.spec.lr_width} / width"))}  # fmt: skip
     write_json_atomic(LOCAL, str(ladder.out / "fit.json"), summary)
     write_text_atomic(LOCAL, str(ladder.out / "report.html"), report_html(summary))
     return summary
@@ -363,4 +373,4 @@ def report_html(summary: dict) -> str:
 
 
 LADDER_RULE = ("n_layers = round(width / {aspect}), n_heads = n_kv_heads = the most heads of >= {head_dim} dimensions "
-               "dividing the width, ffn_hidden = 8/3 width (x16), tied embeddings")
+               "dividing the width, ffn_hidden = 8/3 width (x16), tied embeddings, peak lr {lr}")

@@ -187,6 +187,8 @@ def least_squares_law(N, D, L) -> Law:
 
 def bootstrap(N, D, L, samples: int = 200, seed: int = 0, delta: float = HUBER_DELTA, law: Law | None = None) -> list[Law]:
     """Laws refitted on points resampled with replacement, each from the full fit's optimum and a small grid around it.
+    A resample whose refit degenerates (a coefficient overflows, or A, B or an exponent reaches 0) is left out: it
+    would make every interval NaN or the frontier undefined.
 
     All samples' starts run as one batch of L-BFGS runs.
     """
@@ -198,7 +200,9 @@ def bootstrap(N, D, L, samples: int = 200, seed: int = 0, delta: float = HUBER_D
     rows = np.repeat(chosen, len(offsets), axis=0)
     thetas, values = _batched_lbfgs(np.tile(center + offsets, (samples, 1)), log_N[rows], log_D[rows], log_L[rows], delta)
     best = np.nanargmin(np.where(np.isfinite(values), values, np.nan).reshape(samples, len(offsets)), axis=1)
-    return [_law(thetas[sample * len(offsets) + start]) for sample, start in enumerate(best)]
+    laws = [_law(thetas[sample * len(offsets) + start]) for sample, start in enumerate(best)]
+    return [law for law in laws if np.isfinite(coefficients := [law.E, law.A, law.alpha, law.B, law.beta]).all()
+            and min(coefficients[1:]) > 0]
 
 
 def interval(values, level: float = 0.95) -> list[float]:

@@ -14,9 +14,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from experiments.cli import curate_main, train_main
-from experiments.ladder import LadderSpec, load_ladder, make_rung, shape
+from experiments.ladder import Ladder, LadderSpec, load_ladder, make_rung, shape
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = [sys.executable, "-c", "import sys; from experiments.cli import curate_main, train_main; sys.exit(train_main())"]
@@ -42,6 +43,17 @@ def test_ladder_specs_are_validated_with_errors_that_name_the_field(tmp_path, ca
         load_ladder("cpu", count="kaplan")
     assert train_main(["ladder", "--mixture", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "l")]) == 2
     assert "missing.yaml" in capsys.readouterr().err
+
+
+def test_each_rung_trains_at_its_widths_learning_rate(tmp_path):
+    """The cpu preset scales the peak lr as 1/width from width 64's; `lr_width: null` gives every rung the same."""
+    mixture = code_shards(tmp_path)
+    for lr_width, expected in ((64, {24: 4e-3 * 64 / 24, 64: 4e-3}), (None, {24: 4e-3, 64: 4e-3})):
+        spec = load_ladder("cpu", mixture=str(mixture)).model_copy(update={"lr_width": lr_width})
+        ladder = Ladder(spec, str(tmp_path / f"l{lr_width}"))
+        for width, lr in expected.items():
+            settings = yaml.safe_load(ladder.config(make_rung(ladder.spec, width, 1e12, ladder.vocab)).read_text())
+            assert settings["lr"] == pytest.approx(lr) and settings["min_lr"] == pytest.approx(0.1 * lr)
 
 
 def code_shards(folder: Path) -> Path:

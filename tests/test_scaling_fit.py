@@ -154,3 +154,16 @@ def test_errors_name_the_cause():
         fit_law([1e7, 1e8, 1e9], [1e9, 1e9, 1e9], [3.0, 2.9, 2.8])
     with pytest.raises(ValueError, match="one length"):
         fit_law([1e7] * 6, [1e9] * 5, [3.0] * 6)
+
+
+def test_a_diverging_bootstrap_refit_leaves_the_forecast_interval_finite():
+    """The cpu ladder's 12 rungs (lr per width, 2026-12-01): some resampled refits overflowed and made the held-out
+    rung's interval [nan, nan]; those refits are left out and the interval holds the point forecast."""
+    rungs = [(56136, 1337344, 4.3646), (78944, 956416, 4.5603), (153840, 466944, 4.7803), (231744, 315392, 5.0825),
+             (56136, 2676736, 4.1799), (78944, 1912832, 3.9984), (153840, 933888, 4.4462), (231744, 630784, 4.5465),
+             (56136, 5351424, 3.9854), (78944, 3825664, 3.8369), (153840, 1867776, 3.944), (231744, 1259520, 3.9871)]  # fmt: skip
+    N, D, L = (np.array(column, dtype=float) for column in zip(*rungs))
+    point = scaling_fit.fit_law(N, D, L).loss(101880, 5945344)
+    laws = scaling_fit.bootstrap(N, D, L, samples=200, seed=0)
+    low, high = scaling_fit.interval([law.loss(101880, 5945344) for law in laws])
+    assert len(laws) > 150 and np.isfinite([low, high]).all() and low <= point <= high
