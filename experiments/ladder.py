@@ -110,6 +110,10 @@ def learning_rate(spec: LadderSpec, width: int) -> float:
     return spec.lr if spec.lr_width is None else spec.lr * spec.lr_width / width
 
 
+def learning_rate_rule(spec: LadderSpec) -> str:
+    return f"{spec.lr:g}" if spec.lr_width is None else f"{spec.lr:g} x {spec.lr_width} / width"
+
+
 @dataclass
 class Rung:
     name: str
@@ -201,11 +205,11 @@ class Ladder:
                 raise ValueError(f"rung {rung.name} ({rung.tokens:,} tokens): {problem}")
 
     def config(self, rung: Rung) -> Path:
-        spec = self.spec
+        spec, lr = self.spec, learning_rate(self.spec, rung.width)
         settings = {
             "model": "tiny", "model_overrides": shape(spec, rung.width), "seq_len": spec.seq_len, "steps": rung.steps,
             "global_batch": spec.global_batch, "micro_batch": spec.micro_batch or spec.global_batch // self.ranks,
-            "lr": learning_rate(spec, rung.width), "min_lr": learning_rate(spec, rung.width) * spec.min_lr_ratio, "warmup": round(spec.warmup_fraction * rung.steps),
+            "lr": lr, "min_lr": lr * spec.min_lr_ratio, "warmup": round(spec.warmup_fraction * rung.steps),
             "schedule": "cosine", "shuffle_sequences": True, "seed": spec.seed, "eval_every": rung.steps,
             "eval_sequences": spec.eval_sequences, "checkpoint_every": max(1, rung.steps // 4), "keep_checkpoints": 1,
             "log_every": max(1, rung.steps // 50),
@@ -337,8 +341,8 @@ def run_ladder(ladder: Ladder) -> dict:
     summary = {"mixture": ladder.spec.mixture, "count": ladder.spec.count, "counts": {"total": "Chinchilla: every parameter",
                "non_embedding": "Kaplan: without the embedding (tied with the output layer)"}, "fits": fits,
                "forecast": forecast, "rungs": points + held, "wall_seconds": round(time.perf_counter() - started, 1),
-               "shape_rule": LADDER_RULE.format(aspect=ladder.spec.aspect, head_dim=ladder.spec.head_dim, lr=(
-               f"{ladder.spec.lr:g}" if ladder.spec.lr_width is None else f"{ladder.spec.lr:g} x {ladder.spec.lr_width} / width"))}  # fmt: skip
+               "shape_rule": LADDER_RULE.format(aspect=ladder.spec.aspect, head_dim=ladder.spec.head_dim,
+                                                 lr=learning_rate_rule(ladder.spec))}  # fmt: skip
     write_json_atomic(LOCAL, str(ladder.out / "fit.json"), summary)
     write_text_atomic(LOCAL, str(ladder.out / "report.html"), report_html(summary))
     return summary
