@@ -84,8 +84,19 @@ class AblationSpec(BaseModel):
     ranks: int | None = Field(None, gt=0, description="processes per training run (default: GPUs, else 2)")
     ladder: bool = Field(False, description="also train every variant on the same small ladder (experiments.ablation_ladder): "
                          "the order of each pair at every rung, and the tokens of one variant that match another")  # fmt: skip
+    data_scaling: list[float] = Field(default_factory=list, description="fractions of the token budget, e.g. [0.25, "
+                                      "0.5, 2], each variant also trains on with one seed where its data allows "
+                                      "(max_epochs): each variant's loss-against-tokens law on the deciding slice and "
+                                      "the tokens of its data that reach the base's loss (experiments.data_scaling)")  # fmt: skip
     benchmarks: list[BenchmarkSpec] = Field(default_factory=list, description="multiple-choice benchmarks (formats "
                                             "hellaswag, arc, mmlu or your own fields with choices and answer), local files")  # fmt: skip
+
+    @field_validator("data_scaling")
+    @classmethod
+    def distinct_fractions(cls, fractions: list[float]) -> list[float]:
+        if any(f <= 0 or f == 1 for f in fractions) or len(set(fractions)) < len(fractions):
+            raise ValueError(f"fractions of the budget are distinct, positive and not 1 (the budget itself): {fractions}")
+        return sorted(fractions)
 
     @field_validator("variants")
     @classmethod
@@ -260,13 +271,59 @@ class Ablation:
         trainable = min(sum(s["tokens"] - s["validation_tokens"] for s in stats["sources"].values())
                         for stats in token_stats.values())  # fmt: skip
         vocab = Tokenizer.from_file(str(self.out / TOKENIZER_FILE)).get_vocab_size()
-        mixtures = {name: self.mixture(name, documents) for name in self.recipes}
-        return run_ladders(self.out, mixtures, trainable, vocab, self.spec.max_epochs, self.log)
+        deciding = self.deciding_documents(documents)
+        mixtures = {name: self.mixture(name, deciding, f"ladder-{name}") for name in self.recipes}
+        return run_ladders(self.out, mixtures, trainable, vocab, self.spec.max_epochs, self.log) | {
+            "validated_on": self.spec.deciding_slice}
 
-    def mixture(self, variant: str, documents: Path) -> Path:
-        path = self.out / "mixtures" / f"{variant}.yaml"
+    def data_scaling(self, steps: int, token_stats: dict[str, dict], documents: Path, losses: dict[str, pa.Table],
+                     slices: dict[str, np.ndarray]) -> dict:  # fmt: skip
+        """Every variant also trained, seed `seed`, on each fraction of the budget its data allows; the laws of
+        loss against tokens on the deciding slice and the tokens each variant needs to match the base."""
+        from experiments.data_scaling import compare
+        from training.config import load_config
+
+        per_step = load_config(self.spec.model).base_shape().tokens_per_step
+        mask, losses = slices[self.spec.deciding_slice], dict(losses)
+        points = {}
+        for variant, stats in token_stats.items():
+            cap = sum(s["tokens"] - s["validation_tokens"] for s in stats["sources"].values()) * self.spec.max_epochs
+            names = [run for run, name, _ in self.runs() if name == variant]
+            entries = [{"tokens": steps * per_step, "runs": names}]
+            for fraction in self.spec.data_scaling:
+                scaled = max(1, round(steps * fraction))
+                if scaled * per_step > cap:
+                    self.log(f"data scaling: {variant} has {cap:,.0f} training tokens, not {scaled * per_step:,} (x{fraction:g})")
+                    continue
+                run = f"{variant}-x{fraction:g}-seed{self.spec.seed}"
+                folder = self.train(run, variant, self.spec.seed, scaled, documents)
+                losses[run] = self.doc_losses(run, folder, documents)
+                entries.append({"tokens": scaled * per_step, "runs": [run]})
+            for entry in entries:
+                entry["sums"] = np.stack([losses[run]["loss_sum"].to_numpy()[mask] for run in entry["runs"]])
+            points[variant] = sorted(entries, key=lambda entry: entry["tokens"])
+        tokens = losses[next(iter(losses))]["tokens"].to_numpy().astype(np.float64)[mask]
+        return compare(points, tokens, steps * per_step, BASE) | {"validated_on": self.spec.deciding_slice}
+
+    def deciding_documents(self, documents: Path) -> Path:
+        """The validation tokens of the deciding slice only (OUT/validation-<slice>/tokens), so a ladder rung's
+        validation loss, and the laws fitted to it, measure what the ablation decides on."""
+        if self.spec.deciding_slice == ALL:
+            return documents
+        out = self.out / f"validation-{self.spec.deciding_slice}" / TOKENS_DIR / documents.name
+        if not out.is_file():
+            table = pq.read_table(documents.parent / TOKENS_DIR / documents.name)
+            mask = self.slices(table["id"].to_pylist())[self.spec.deciding_slice]
+            if not mask.any():
+                raise ValueError(f"no validation document is in the deciding slice {self.spec.deciding_slice!r}")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            write_parquet_atomic(LOCAL, str(out), table.filter(pa.array(mask)))
+        return out.parent.parent / documents.name
+
+    def mixture(self, variant: str, documents: Path, name: str | None = None) -> Path:
+        path = self.out / "mixtures" / f"{name or variant}.yaml"
         mixture = {
-            "name": f"ablation-{variant}",
+            "name": f"ablation-{name or variant}",
             "sources": {"web": {
                 "paths": [str(self.curated(variant).resolve() / TOKENS_DIR / "part-*.parquet")],
                 "validation_paths": [str(documents.parent.resolve() / TOKENS_DIR / "part-*.parquet")],
@@ -399,6 +456,8 @@ def run_ablation(ablation: Ablation, run_recipe) -> dict:
         "runs": runs,
     }  # fmt: skip
     results |= compare(runs, losses, slices, scores, ablation.spec.deciding_slice)
+    if ablation.spec.data_scaling:
+        results["data_scaling"] = ablation.data_scaling(steps, token_stats, documents, losses, slices)
     if ablation.spec.ladder:
         results["ladder"] = ablation.ladders(documents, token_stats)
     results["wall_seconds"] = round(time.perf_counter() - started, 1)

@@ -4,14 +4,18 @@ no held-out rung), so a comparison is decided at more than one scale.
 For each pair of variants it reports their order at every rung and whether the order at the smallest compute holds
 at the largest (DataDecide's decision accuracy: the share of rungs whose order agrees with the largest compute's),
 and from each variant's fitted law L = E + A/N^alpha + B/D^beta the tokens of one variant's data that reach the
-other's loss at the same model size ("tokens of raw data needed to match" curated data).
+other's loss at the same model size ("tokens of raw data needed to match" curated data), with a 95% interval from
+the two laws' bootstrap refits over rungs.
 """
 
 import itertools
 import math
 from pathlib import Path
 
+import numpy as np
+
 from experiments.ladder import PRESETS, Ladder, LadderSpec, model_size, run_ladder
+from experiments.scaling_fit import bootstrap
 
 
 def ladder_spec(mixture: Path, smallest_tokens: int, vocab: int, max_epochs: float) -> LadderSpec:
@@ -49,6 +53,7 @@ def compare_pair(first: str, second: str, first_rungs: list[dict], second_rungs:
     smallest = min(order["flops"] for order in orders)
     top = min((rung for rung in rungs if rung["flops"] == largest), key=lambda rung: rung["val_loss"])
     params, tokens = top["params_total"], top["tokens"]
+    first_laws, second_laws = refits(rungs), refits([theirs[rung["run"]] for rung in rungs], seed=1)
     return {
         "variants": [first, second], "rungs": orders,
         "decision_accuracy": sum(order["better"] in final for order in orders) / len(orders),
@@ -56,15 +61,36 @@ def compare_pair(first: str, second: str, first_rungs: list[dict], second_rungs:
         "at": {"run": top["run"], "params": params, "tokens": tokens},
         f"tokens_of_{second}_to_match_{first}": tokens_to_match(second_law, loss(first_law, params, tokens), params),
         f"tokens_of_{first}_to_match_{second}": tokens_to_match(first_law, loss(second_law, params, tokens), params),
+        f"tokens_of_{second}_to_match_{first}_interval": match_interval(second_laws, first_laws, params, tokens),
+        f"tokens_of_{first}_to_match_{second}_interval": match_interval(first_laws, second_laws, params, tokens),
     }  # fmt: skip
 
 
+def refits(rungs: list[dict], seed: int = 0) -> list[dict]:
+    """A variant's law refitted on its rungs resampled (scaling_fit.bootstrap), as dicts."""
+    laws = bootstrap([r["params_total"] for r in rungs], [r["tokens"] for r in rungs], [r["val_loss"] for r in rungs], seed=seed)
+    return [{"E": law.E, "A": law.A, "alpha": law.alpha, "B": law.B, "beta": law.beta} for law in laws]
+
+
+def match_interval(matching: list[dict], matched: list[dict], params: float, tokens: float, level: float = 0.95) -> list[float]:
+    """The central `level` of the tokens to match over independent pairs of the two variants' refits; order
+    statistics, so a bound is inf when that share of the pairs never matches at this size."""
+    needed = np.sort([tokens_to_match(a, loss(b, params, tokens), params) for a, b in zip(matching, matched)])
+    if not len(needed):
+        return [math.nan, math.nan]
+    tail = (1 - level) / 2 * len(needed)
+    return [float(needed[int(tail)]), float(needed[min(len(needed) - 1, math.ceil(len(needed) - tail) - 1)])]
+
+
 def loss(law: dict, params: float, tokens: float) -> float:
-    return law["E"] + law["A"] / params ** law["alpha"] + law["B"] / tokens ** law["beta"]
+    """The law's loss; in float64 with overflow to inf, as a bootstrap refit's extreme exponent can ask."""
+    with np.errstate(over="ignore"):
+        return float(law["E"] + law["A"] / np.float64(params) ** law["alpha"] + law["B"] / np.float64(tokens) ** law["beta"])
 
 
 def tokens_to_match(law: dict, target: float, params: float) -> float:
     """The tokens D at which `law` reaches `target` loss with `params` parameters: infinite when even infinite data
     of it stays above the target at that size."""
-    gap = target - law["E"] - law["A"] / params ** law["alpha"]
-    return (law["B"] / gap) ** (1 / law["beta"]) if gap > 0 else math.inf
+    with np.errstate(over="ignore"):
+        gap = target - law["E"] - law["A"] / np.float64(params) ** law["alpha"]
+        return float((law["B"] / gap) ** (1 / law["beta"])) if gap > 0 else math.inf

@@ -1,6 +1,7 @@
 """The ablation report: one static HTML page from OUT/results.json (every number on it is read from there)."""
 
 import html
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -72,19 +73,40 @@ def ladder_table(ladder: dict) -> pd.DataFrame:
         rows.append({"pair": f"{first} vs {second}",
                      "better at each rung (by compute)": ", ".join(order["better"] for order in pair["rungs"]),
                      "decision accuracy": pair["decision_accuracy"], "smallest rung's order holds": pair["smallest_order_holds"],
-                     f"tokens of {second} to match {first}, x": pair[f"tokens_of_{second}_to_match_{first}"] / tokens,
-                     f"tokens of {first} to match {second}, x": pair[f"tokens_of_{first}_to_match_{second}"] / tokens})  # fmt: skip
+                     f"tokens of {second} to match {first}, x [95%]": multiple(pair, f"tokens_of_{second}_to_match_{first}"),
+                     f"tokens of {first} to match {second}, x [95%]": multiple(pair, f"tokens_of_{first}_to_match_{second}")})  # fmt: skip
     return pd.DataFrame(rows).set_index("pair")
+
+
+def multiple(pair: dict, key: str) -> str:
+    """Tokens to match as a multiple of the largest rung's tokens, with its interval."""
+    tokens = pair["at"]["tokens"]
+    low, high = pair.get(f"{key}_interval", [math.nan, math.nan])
+    return f"{pair[key] / tokens:.3g} [{low / tokens:.3g}, {high / tokens:.3g}]"
+
+
+def data_scaling_lines(scaling: dict) -> list[str]:
+    """Per variant its loss at each trained token count, its law, and the tokens it needs to match the base."""
+    from experiments.data_scaling import describe
+
+    lines = [f"Data scaling on the {scaling['validated_on']} slice ({scaling['documents']} documents; budget "
+             f"{scaling['budget_tokens']:,} tokens; L(D) = E + B / D^beta; 95% intervals over documents):"]  # fmt: skip
+    for name, variant in scaling["variants"].items():
+        law = variant["law"]
+        points = ", ".join(f"{point['tokens']:,}: {point['loss']:.4f}" for point in variant["points"])
+        lines.append(f"  {name}: {points}; E {law['E']:.3f}, B {law['B']:.4g}, beta {law['beta']:.3f}")
+        lines += [f"    {describe(key, match)}" for key, match in variant.items() if "to_match" in key]
+    return lines
 
 
 def ladder_html(ladder: dict | None) -> str:
     if not ladder:
         return ""
     return ("<h2>Ladders (--ladder)</h2><p>Every variant trained on the same small ladder (IsoFLOP sets of `train "
-            "ladder`); decision accuracy: the share of rungs whose better variant is the one better at the largest "
+            f"ladder`), every rung validated on the <b>{html.escape(ladder['validated_on'])}</b> slice; decision accuracy: the share of rungs whose better variant is the one better at the largest "
             "compute (DataDecide). Tokens to match: from each variant's fitted law, the tokens of one variant's data "
             "that reach the other's loss at the largest rung's size, as a multiple of that rung's tokens (inf: never "
-            "at that size).</p>" + ladder_table(ladder).to_html(float_format=lambda value: f"{value:.3g}"))
+            "at that size; the interval: independent bootstrap refits of the two laws over rungs).</p>" + ladder_table(ladder).to_html(float_format=lambda value: f"{value:.3g}"))
 
 
 def render(results: dict, out: Path) -> str:
@@ -105,6 +127,8 @@ def render(results: dict, out: Path) -> str:
         "above chance (exact binomial test, 5%) is flagged at chance, and a difference involving it is never called.</p>",
         comparison_table(results).to_html(float_format=lambda value: f"{value:.4f}"),
         ladder_html(results.get("ladder")),
+        "<h2>Tokens to match (data_scaling)</h2><pre>" + html.escape("\n".join(data_scaling_lines(results["data_scaling"])))
+        + "</pre>" if results.get("data_scaling") else "",
         "<h2>Curation funnel</h2>", f"<img src='data:image/png;base64,{png_base64(funnel_figure(results))}'>",
         "<h2>Validation loss</h2>", f"<img src='data:image/png;base64,{png_base64(validation_figure(results))}'>",
         "<h2>Stages of each variant</h2><ul>",

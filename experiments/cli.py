@@ -132,6 +132,10 @@ def _print_ablation(results: dict, console: Console) -> None:
         from experiments.ablation_report import ladder_table
 
         console.print(ladder_table(results["ladder"]).to_string(float_format=lambda value: f"{value:.3g}"))
+    if results.get("data_scaling"):
+        from experiments.ablation_report import data_scaling_lines
+
+        console.print("\n".join(data_scaling_lines(results["data_scaling"])))
 
 
 CURATE_COMMANDS = {"ablate": (ABLATE_HELP, add_ablate_arguments, cmd_ablate), "report": ("", add_report_arguments, cmd_report)}

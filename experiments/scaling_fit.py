@@ -40,7 +40,7 @@ class Law:
     def optimal(self, C, flops_per_param_token: float = 6.0):
         """(N*, D*) minimizing the loss at compute C = k N D (Chinchilla's closed form)."""
         per_token = np.asarray(C, dtype=float) / flops_per_param_token
-        G = (self.alpha * self.A / (self.beta * self.B)) ** (1 / (self.alpha + self.beta))
+        G = np.float64(self.alpha * self.A / (self.beta * self.B)) ** (1 / (self.alpha + self.beta))  # NaN, not complex, for a negative exponent
         N = G * per_token ** (self.beta / (self.alpha + self.beta))
         return N, per_token / N
 
