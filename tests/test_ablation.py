@@ -180,20 +180,25 @@ def test_wilson_interval():
 @pytest.mark.slow
 def test_ablation_end_to_end_paired_intervals_and_resumed(tmp_path):
     """Two seeds (set here to keep CI short; the default is 3) of the base and a variant without the quality filter
-    (a variant identical to the base is never called: tests/test_ablation_stats.py)."""
+    (a variant identical to the base is never called: tests/test_ablation_stats.py), each training a 2-layer model of
+    width 64 for 8 steps: what is checked is the ablation's steps and bookkeeping, which no model size changes."""
     pages = tmp_path / "pages"
     sample.generate(pages, pages=300, files=3, seed=5)
     benchmark = tmp_path / "hellaswag.jsonl"
     benchmark.write_text("".join(json.dumps({"ind": i, "ctx": f"Item {i}: the committee met and", "endings": ENDINGS,
                                              "label": i % 3}) + "\n" for i in range(12)))  # fmt: skip
+    model = tmp_path / "model.yaml"
+    model.write_text("model_overrides: {dim: 64, n_layers: 2, n_heads: 2, n_kv_heads: 1, ffn_hidden: 172}\n")
     ablation = tmp_path / "ablation.yaml"
     ablation.write_text(f"""
 base: fineweb-snapshot
 variants:
   - {{name: no-quality, remove: [quality]}}
-tokens: 16000
+model: {model}
+tokens: 8192
 seeds: 2
-eval_every: 5
+eval_every: 4
+eval_sequences: 16
 validation_fraction: 0.1
 benchmarks:
   - {{name: tiny-hellaswag, format: hellaswag, path: {benchmark}}}

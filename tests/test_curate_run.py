@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,6 +37,25 @@ def snapshot_files(tmp_path_factory) -> Path:
     return folder
 
 
+def curate_once(snapshot_files: Path, folder: Path, *flags: str) -> Path:
+    output = folder / "run"
+    curate("run", "fineweb-snapshot", "--input", f"{snapshot_files}/*.warc.gz", "--output", str(output), "--num-cpus", "2",
+           "--keep-removed", *flags)  # fmt: skip
+    return output
+
+
+@pytest.fixture(scope="module")
+def fused_run(snapshot_files, tmp_path_factory) -> Path:
+    """An uninterrupted run, read by several tests (none writes to it): fused, with the removed documents."""
+    return curate_once(snapshot_files, tmp_path_factory.mktemp("fused"))
+
+
+@pytest.fixture(scope="module")
+def materialized_run(snapshot_files, tmp_path_factory) -> Path:
+    """The same with every stage written; a test that reruns into it works on a copy."""
+    return curate_once(snapshot_files, tmp_path_factory.mktemp("materialized"), "--materialize-all")
+
+
 def test_real_warc_slices_end_to_end(tmp_path):
     shared("warc/cc-main-2020-34-sample.warc.gz")
     output = tmp_path / "run"
@@ -59,13 +79,10 @@ def test_real_warc_slices_end_to_end(tmp_path):
     assert "Curation funnel" in curate("stats", str(output)).stdout
 
 
-def test_resume_after_kill_gives_the_uninterrupted_output(snapshot_files, tmp_path):
-    inputs = f"{snapshot_files}/*.warc.gz"
-    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
-    curate("run", "fineweb-snapshot", "--input", inputs, "--output", str(whole), "--num-cpus", "2")
-
+def test_resume_after_kill_gives_the_uninterrupted_output(snapshot_files, fused_run, tmp_path):
+    inputs, whole, resumed = f"{snapshot_files}/*.warc.gz", fused_run, tmp_path / "resumed"
     process = subprocess.Popen(
-        CURATE + ["run", "fineweb-snapshot", "--input", inputs, "--output", str(resumed), "--num-cpus", "1"],
+        CURATE + ["run", "fineweb-snapshot", "--input", inputs, "--output", str(resumed), "--num-cpus", "1", "--keep-removed"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     manifest = resumed / "manifest.json"
@@ -78,7 +95,7 @@ def test_resume_after_kill_gives_the_uninterrupted_output(snapshot_files, tmp_pa
     before = {name: (path.stat().st_mtime_ns, path.stat().st_ino) for name, path in parts(resumed).items()}
     done_before = json.loads(manifest.read_text())["stages"]
 
-    rerun = curate("run", "fineweb-snapshot", "--input", inputs, "--output", str(resumed), "--num-cpus", "2")
+    rerun = curate("run", "fineweb-snapshot", "--input", inputs, "--output", str(resumed), "--num-cpus", "2", "--keep-removed")
     assert f"resumed: {finished} stage-shard(s)" in rerun.stdout
     assert list(parts(resumed)) == list(parts(whole)), "missing, extra or leftover temporary parts"
     for name, path in parts(whole).items():
@@ -92,16 +109,16 @@ def test_resume_after_kill_gives_the_uninterrupted_output(snapshot_files, tmp_pa
     assert json.loads(manifest.read_text())["stages"].keys() == done_before.keys()
 
 
-def test_changed_stage_reruns_it_and_what_follows_only(snapshot_files, tmp_path):
-    inputs = f"{snapshot_files}/*.warc.gz"
-    output = tmp_path / "run"
-    curate("run", "fineweb-snapshot", "--input", inputs, "--output", str(output), "--num-cpus", "2", "--materialize-all")
+def test_changed_stage_reruns_it_and_what_follows_only(snapshot_files, materialized_run, tmp_path):
+    inputs, output = f"{snapshot_files}/*.warc.gz", tmp_path / "run"
+    shutil.copytree(materialized_run, output)  # with each file's mtime, which tells a rewritten part
     before = {name: path.stat().st_mtime_ns for name, path in parts(output).items()}
     recipe = tmp_path / "stricter.yaml"
     recipe.write_text(
         (Path(__file__).parents[1] / "curation/recipes/fineweb-snapshot.yaml").read_text().replace("0.65", "0.9")
     )
-    rerun = curate("run", str(recipe), "--input", inputs, "--output", str(output), "--num-cpus", "2", "--materialize-all")
+    rerun = curate("run", str(recipe), "--input", inputs, "--output", str(output), "--num-cpus", "2", "--keep-removed",
+                   "--materialize-all")  # fmt: skip
     assert "resumed: 24 stage-shard(s)" in rerun.stdout
     after = {name: path.stat().st_mtime_ns for name, path in parts(output).items()}
     later = ("03_langid", "04_badwords", "05_heuristics", "06_quality", "07_dedup_exact", "08_minhash", "09_decontam", "10_pii")
@@ -111,12 +128,9 @@ def test_changed_stage_reruns_it_and_what_follows_only(snapshot_files, tmp_path)
     assert (pq.read_table(output / "03_langid").to_pandas().language_score >= 0.9).all()
 
 
-def test_fused_and_materialized_runs_write_the_same_documents_and_stats(snapshot_files, tmp_path):
+def test_fused_and_materialized_runs_write_the_same_documents_and_stats(snapshot_files, fused_run, materialized_run):
     """Stages between two dedup stages run fused in memory and write once; --materialize-all writes every stage."""
-    inputs = f"{snapshot_files}/*.warc.gz"
-    fused, materialized = tmp_path / "fused", tmp_path / "all"
-    curate("run", "fineweb-snapshot", "--input", inputs, "--output", str(fused), "--num-cpus", "2", "--keep-removed")
-    curate("run", "fineweb-snapshot", "--input", inputs, "--output", str(materialized), "--num-cpus", "2", "--keep-removed", "--materialize-all")
+    fused, materialized = fused_run, materialized_run
     assert sorted({name.split("/")[0] for name in parts(fused)}) == ["06_quality", "07_dedup_exact", "10_pii"]
     assert len(parts(materialized)) == 11 * 8
     for name, path in parts(fused).items():

@@ -68,10 +68,27 @@ def shard_stats(stats: dict) -> list:
     return [[{k: v for k, v in s.items() if k not in ("seconds", "node")} for s in stage["shards"]] for stage in stats["stages"]]
 
 
-def test_curate_and_train_on_s3_equal_a_local_run(s3, inputs, local_run, tmp_path):
+def test_curate_killed_on_s3_resumes_to_a_local_runs_output_and_trains_there(s3, inputs, local_run, tmp_path):
+    """Killed twice mid-run (each time after one more finished stage-shard, the run still going and unfinished), then
+    resumed: the output on S3 equals the uninterrupted local run and the last run skips what the killed ones finished;
+    `curate stats/report/tokenize` and `train` then work on that S3 folder. One S3 run serves both claims: curating
+    on S3 costs a minute, and a resumed run writes its output as an uninterrupted one does."""
     env, fs, bucket = s3
     url = f"s3://{bucket}/run"
-    run("curation", "run", "fineweb-snapshot", "--input", inputs, "--output", url, "--num-cpus", "2", "--keep-removed", env=env)
+    command = [sys.executable, "-m", "curation", "run", "fineweb-snapshot", "--input", inputs, "--output", url,
+               "--num-cpus", "2", "--keep-removed"]  # fmt: skip
+    total = finished_shards((local_run / "manifest.json").read_text)
+    finished = 0
+    for _ in range(2):
+        process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        progress = wait_for_progress(process, lambda: fs.cat(f"{bucket}/run/manifest.json").decode(), at_least=finished + 1)
+        assert process.poll() is None, f"the run ended (exit {process.returncode}) before the kill: nothing to resume"
+        os.killpg(process.pid, signal.SIGKILL)
+        assert process.wait() == -signal.SIGKILL
+        finished = finished_shards(lambda: fs.cat(f"{bucket}/run/manifest.json").decode())
+        assert progress <= finished < total, f"the kill came at {finished} of {total} stage-shards: not mid-run"
+    resumed_run = run(*command[2:], env=env)
+    assert f"resumed: {finished} stage-shard(s)" in resumed_run.stdout
     from fsspec.implementations.local import LocalFileSystem
 
     on_s3, local = tables(fs, f"{bucket}/run"), tables(LocalFileSystem(), str(local_run))
@@ -92,31 +109,3 @@ def test_curate_and_train_on_s3_equal_a_local_run(s3, inputs, local_run, tmp_pat
     run("training", "--mixture", "s3.yaml", "--config", "settings.yaml", "--steps", "3", "--out", "trained", env=env, cwd=tmp_path)
     metrics = [json.loads(line) for line in (tmp_path / "trained" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics if "loss" in m][-1] == 3
-
-
-def test_killed_runs_on_s3_resume_to_the_same_output(s3, inputs, local_run):
-    """Killed twice mid-run (each time after one more finished stage-shard, the run still going and unfinished), then
-    resumed: the output equals the uninterrupted local run and the last run skips what the killed ones finished."""
-    env, fs, bucket = s3
-    url = f"s3://{bucket}/killed"
-    command = [sys.executable, "-m", "curation", "run", "fineweb-snapshot", "--input", inputs, "--output", url,
-               "--num-cpus", "2", "--keep-removed"]  # fmt: skip
-    total = finished_shards((local_run / "manifest.json").read_text)
-    finished = 0
-    for _ in range(2):
-        process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        progress = wait_for_progress(process, lambda: fs.cat(f"{bucket}/killed/manifest.json").decode(), at_least=finished + 1)
-        assert process.poll() is None, f"the run ended (exit {process.returncode}) before the kill: nothing to resume"
-        os.killpg(process.pid, signal.SIGKILL)
-        assert process.wait() == -signal.SIGKILL
-        finished = finished_shards(lambda: fs.cat(f"{bucket}/killed/manifest.json").decode())
-        assert progress <= finished < total, f"the kill came at {finished} of {total} stage-shards: not mid-run"
-    resumed_run = run("curation", "run", "fineweb-snapshot", "--input", inputs, "--output", url, "--num-cpus", "2", "--keep-removed", env=env)
-    assert f"resumed: {finished} stage-shard(s)" in resumed_run.stdout
-    from fsspec.implementations.local import LocalFileSystem
-
-    resumed, local = tables(fs, f"{bucket}/killed"), tables(LocalFileSystem(), str(local_run))
-    assert sorted(resumed) == sorted(local)
-    for name, table in local.items():
-        assert resumed[name].equals(table), name
-    assert not [p for p in fs.find(f"{bucket}/killed") if ".tmp-" in p]

@@ -50,6 +50,18 @@ def workdir(tmp_path_factory) -> Path:
     return folder
 
 
+PHASED = ["training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "12", "--checkpoint-every", "4",
+          "--eval-every", "4"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def phased_run(workdir) -> Path:
+    """An uninterrupted 2-rank run of the two-phase curriculum: the kill-and-resume test's reference, and the 2-rank
+    checkpoint the export test exports (one launch fewer)."""
+    run(*PHASED, "--out", "whole", cwd=workdir)
+    return workdir / "whole"
+
+
 def kill_at_checkpoint(workdir: Path, command: list[str], out: str, step: int) -> None:
     """Run `command` into `out` and SIGKILL it as soon as its step-`step` checkpoint is complete."""
     process = subprocess.Popen([sys.executable, "-m", *command, "--out", out], cwd=workdir,
@@ -85,11 +97,9 @@ def test_loss_falls_on_a_repeated_batch(workdir):
     assert curve[-1] < 0.5 * curve[0] and max(curve[-5:]) < min(curve[:5]), curve
 
 
-def test_kill_mid_phase_and_resume_is_bit_identical_and_one_rank_resumes_two_rank_checkpoints(workdir):
-    common = ["training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "12", "--checkpoint-every", "4",
-              "--eval-every", "4"]  # fmt: skip
-    run(*common, "--out", "whole", cwd=workdir)
-    whole = losses(workdir / "whole")
+def test_kill_mid_phase_and_resume_is_bit_identical_and_one_rank_resumes_two_rank_checkpoints(workdir, phased_run):
+    common = PHASED
+    whole = losses(phased_run)
     record = metrics.load(str(workdir / "whole")).iloc[-1]
     assert {"loss_per_source.web", "loss_per_source.more", "tokens_per_source.web", "mfu"} <= set(record.index)
     assert abs(record["token_share.web"] - 0.6) < 0.02  # half the run at 0.9, half at 0.3
@@ -235,7 +245,7 @@ def test_two_nodes_by_c10d_rendezvous_killed_twice_resume_on_two_nodes_then_on_o
     assert [rates["nodes-killed"][s] for s in range(5, 13)] == [rates["nodes-whole"][s] for s in range(5, 13)]
 
 
-def test_export_loads_in_transformers_with_our_logits_and_generates(workdir, tmp_path):
+def test_export_loads_in_transformers_with_our_logits_and_generates(workdir, phased_run, tmp_path):
     """`train export` of a 2-rank checkpoint: transformers loads it (model and tokenizer), its logits on curated text
     match ours within 1e-4 in fp32, and generate() runs."""
     transformers = pytest.importorskip("transformers", reason="transformers is in the test extra")
@@ -243,13 +253,11 @@ def test_export_loads_in_transformers_with_our_logits_and_generates(workdir, tmp
 
     from training.export import find_checkpoint, load_model
 
-    run("training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "2", "--checkpoint-every", "2",
-        "--out", "to-export", cwd=workdir)  # fmt: skip
-    run("training", "export", "--checkpoint", "to-export", "--out", str(tmp_path / "hf"), cwd=workdir)
+    run("training", "export", "--checkpoint", phased_run.name, "--out", str(tmp_path / "hf"), cwd=workdir)
     assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"} <= {
         p.name for p in (tmp_path / "hf").iterdir()
     }
-    ours = load_model(*find_checkpoint(workdir / "to-export"))
+    ours = load_model(*find_checkpoint(phased_run))
     theirs = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), dtype=torch.float32).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
     text = pq.read_table(sorted((workdir / "curated").glob("10_pii/part-*.parquet"))[0])["text"][0].as_py()
@@ -266,7 +274,7 @@ def test_export_loads_in_transformers_with_our_logits_and_generates(workdir, tmp
 
     from training.export import export
 
-    export(workdir / "to-export", tmp_path / "sharded", shard_bytes=2 * 2**20)  # as past 5 GB, at 2 MiB
+    export(phased_run, tmp_path / "sharded", shard_bytes=2 * 2**20)  # as past 5 GB, at 2 MiB
     index = json.loads((tmp_path / "sharded" / "model.safetensors.index.json").read_text())
     files = sorted({*index["weight_map"].values()})
     whole = load_file(tmp_path / "hf" / "model.safetensors")
@@ -283,8 +291,10 @@ def test_export_loads_in_transformers_with_our_logits_and_generates(workdir, tmp
 def test_bf16_with_activation_checkpointing_and_compile_resumes_bit_identically(workdir):
     """The GPU configuration on 2 CPU ranks: bf16 parameters (MixedPrecisionPolicy, fp32 reduce), activation
     checkpointing and torch.compile together; killed after its first checkpoint and resumed, the losses and LR of
-    the remaining steps are bit-identical to an uninterrupted run."""
-    (workdir / "bf16.yaml").write_text(SETTINGS.replace("dtype: fp32", "dtype: bf16") + "activation_checkpointing: true\ncompile: true\n")
+    the remaining steps are bit-identical to an uninterrupted run. The model is 2 blocks of width 64: bf16 matmuls
+    are slow on CPUs (4.5 s a step at the tiny preset's size), and no size changes what is checked."""
+    (workdir / "bf16.yaml").write_text(SETTINGS.replace("dtype: fp32", "dtype: bf16") + "activation_checkpointing: true\ncompile: true\n"
+                                       "model_overrides: {dim: 64, n_layers: 2, n_heads: 2, n_kv_heads: 1, ffn_hidden: 172}\n")
     common = ["training", "--mixture", "two.yaml", "--config", "bf16.yaml", "--steps", "6", "--checkpoint-every", "3"]
     run(*common, "--out", "bf16-whole", cwd=workdir)
     whole = metrics.load(str(workdir / "bf16-whole")).set_index("step")
