@@ -90,11 +90,12 @@ def data_scaling_lines(scaling: dict) -> list[str]:
     from experiments.data_scaling import describe
 
     lines = [f"Data scaling on the {scaling['validated_on']} slice ({scaling['documents']} documents; budget "
-             f"{scaling['budget_tokens']:,} tokens; L(D) = E + B / D^beta; 95% intervals over documents):"]  # fmt: skip
+             f"{scaling['budget_tokens']:,} tokens; L(D) = E + B / D^beta; 95% intervals over documents and seeds):"]  # fmt: skip
     for name, variant in scaling["variants"].items():
         law = variant["law"]
         points = ", ".join(f"{point['tokens']:,}: {point['loss']:.4f}" for point in variant["points"])
-        lines.append(f"  {name}: {points}; E {law['E']:.3f}, B {law['B']:.4g}, beta {law['beta']:.3f}")
+        lines.append(f"  {name}: {points}; seeds' spread at the budget {variant['seed_spread']:.3f}; "
+                     f"law E {law['E']:.3f}, B {law['B']:.4g}, beta {law['beta']:.3f}")  # fmt: skip
         lines += [f"    {describe(key, match)}" for key, match in variant.items() if "to_match" in key]
     return lines
 

@@ -135,7 +135,7 @@ def _print_ablation(results: dict, console: Console) -> None:
     if results.get("data_scaling"):
         from experiments.ablation_report import data_scaling_lines
 
-        console.print("\n".join(data_scaling_lines(results["data_scaling"])))
+        console.print("\n".join(data_scaling_lines(results["data_scaling"])), markup=False)
 
 
 CURATE_COMMANDS = {"ablate": (ABLATE_HELP, add_ablate_arguments, cmd_ablate), "report": ("", add_report_arguments, cmd_report)}

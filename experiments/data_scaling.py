@@ -2,8 +2,10 @@
 
 Each variant is also trained on fractions of the ablation's token budget D0 (one model size: the ablation's), its loss
 on the deciding slice fitted as L(D) = E + B / D^beta (the data term of Chinchilla's law at a fixed N; E absorbs
-the model-size term), and that law inverted at the base's loss at D0. The 95% interval resamples the deciding slice's
-documents: one draw resamples every run's per-document losses alike, so the runs stay paired.
+the model-size term), and that law inverted at the base's loss at D0; also, with no law, between the measured points. The 95% intervals
+resample the deciding slice's documents (one draw resamples every run's per-document losses alike, so the runs stay
+paired) and add seed noise: each point's loss moves by a normal draw with the spread of the variant's seeds at the
+budget (where it has several) over the square root of the point's seeds.
 """
 
 import math
@@ -53,12 +55,18 @@ def compare(points: dict[str, list[dict]], tokens: np.ndarray, budget: int, base
     """`points`: per variant, one entry per trained token count: {"tokens", "runs", "sums": (seeds, documents)
     summed losses on the deciding slice's documents}; `tokens`: those documents' token counts. Per variant its
     points' losses, its law, and (besides the base) the tokens of its data that reach the base's loss at the budget
-    and of the base's that reach its own, as tokens and as multiples of the budget, with intervals."""
-    documents = len(tokens)
-    draws = np.vstack([np.arange(documents), np.random.default_rng(seed).integers(0, documents, (samples, documents))])
-    losses, laws = {}, {}
+    and of the base's that reach its own, as tokens and as multiples of the budget, with intervals; and the same at
+    the other's smaller trained token counts, as multiples of those (measurable where the budget's is out of reach:
+    a variant's data runs out)."""
+    documents, rng = len(tokens), np.random.default_rng(seed)
+    draws = np.vstack([np.arange(documents), rng.integers(0, documents, (samples, documents))])
+    losses, laws, seed_spread = {}, {}, {}
     for variant, entries in points.items():
+        seeded = max(entries, key=lambda entry: len(entry["sums"]))["sums"]
+        seed_spread[variant] = float(np.std(seeded.sum(1) / tokens.sum(), ddof=1)) if len(seeded) > 1 else 0.0
         losses[variant] = np.stack([slice_losses(entry["sums"], tokens, draws) for entry in entries], axis=-1)
+        losses[variant][1:] += rng.normal(0, 1, losses[variant][1:].shape) * [
+            seed_spread[variant] / math.sqrt(len(entry["sums"])) for entry in entries]  # fmt: skip
         fractions = [entry["tokens"] / budget for entry in entries]
         laws[variant] = fit(fractions, losses[variant]) if len(entries) >= 3 else np.full((len(draws), 3), np.nan)
     at_budget = {variant: losses[variant][:, [entry["tokens"] for entry in points[variant]].index(budget)]
@@ -70,6 +78,7 @@ def compare(points: dict[str, list[dict]], tokens: np.ndarray, budget: int, base
             "points": [{"tokens": entry["tokens"], "runs": entry["runs"], "loss": float(losses[variant][0, i])}
                        for i, entry in enumerate(entries)],  # fmt: skip
             "law": {"E": float(E), "B": float(B * budget**beta), "beta": float(beta), "identified": identified(laws[variant][0])},
+            "seed_spread": seed_spread[variant],
         }
         if variant != base:
             for key, matching, target in ((f"tokens_to_match_{base}", variant, base), (f"{base}_tokens_to_match", base, variant)):
@@ -79,8 +88,15 @@ def compare(points: dict[str, list[dict]], tokens: np.ndarray, budget: int, base
                 summary[key] = {
                     "multiple": float(measured[0]), "tokens": float(measured[0] * budget),
                     "multiple_interval": quantiles(measured[1:], level), "trained_multiples": [min(fractions), max(fractions)],
+                    "trained_tokens": [min(e["tokens"] for e in points[matching]), max(e["tokens"] for e in points[matching])],
                     "law_multiple": float(from_law[0]), "law_multiple_interval": quantiles(from_law[1:], level),
                     "law_identified": identified(laws[matching][0]),
+                    "at_smaller_budgets": [
+                        {"tokens": entry["tokens"], "loss": float(losses[target][0, i]),
+                         "multiple": float(found[0] * budget / entry["tokens"]),
+                         "multiple_interval": quantiles(found[1:] * budget / entry["tokens"], level)}
+                        for i, entry in enumerate(points[target]) if entry["tokens"] < budget
+                        for found in [between_points(fractions, losses[matching], losses[target][:, i])]],
                 }  # fmt: skip
         result["variants"][variant] = summary
     return result
@@ -111,20 +127,25 @@ def identified(law) -> bool:
 
 def quantiles(values, level: float) -> list[float]:
     tail = (1 - level) / 2
-    return [float(v) for v in np.quantile(np.nan_to_num(values, nan=np.inf), [tail, 1 - tail], method="inverted_cdf")]
+    return [float(v) for v in np.quantile(np.nan_to_num(values, nan=np.inf, posinf=np.inf), [tail, 1 - tail], method="inverted_cdf")]
 
 
 def describe(key: str, match: dict) -> str:
-    """One line: the measured multiple of the budget with its interval, then the law's."""
-    smallest, largest = match["trained_multiples"]
-    low, high = match["multiple_interval"]
-    if math.isinf(match["multiple"]):
-        shown = f"more than {largest:g}x (beyond its largest trained tokens)"
-    elif match["multiple"] == 0:
-        shown = f"less than {smallest:g}x"
-    else:
-        shown = f"{match['multiple']:.3g}x"
+    """One line: the measured multiple of the budget with its interval, the law's, and the multiples at smaller budgets."""
     law_low, law_high = match["law_multiple_interval"]
     law = "" if match["law_identified"] else ", not identified: its exponent at the search bound or E < 0"
-    return (f"{key}: {shown} [{low:.3g}, {high:.3g}] the budget, between measured points; "
-            f"law: {match['law_multiple']:.3g}x [{law_low:.3g}, {law_high:.3g}]{law}")
+    fewest, most = match["trained_tokens"]
+    smaller = "".join(f"; at {point['tokens']:,} tokens {shown(point, fewest / point['tokens'], most / point['tokens'])}"
+                      for point in match["at_smaller_budgets"])  # fmt: skip
+    return (f"{key}: {shown(match, *match['trained_multiples'])} the budget, between measured points; "
+            f"law: {match['law_multiple']:.3g}x [{law_low:.3g}, {law_high:.3g}]{law}{smaller}")
+
+
+def shown(match: dict, smallest: float, largest: float) -> str:
+    """A multiple with its interval; beyond the trained range, the bound it is."""
+    low, high = match["multiple_interval"]
+    if math.isinf(match["multiple"]):
+        return f"more than {largest:.3g}x (beyond its trained tokens) [{low:.3g}, {high:.3g}]"
+    if match["multiple"] == 0:
+        return f"less than {smallest:.3g}x (below its trained tokens) [{low:.3g}, {high:.3g}]"
+    return f"{match['multiple']:.3g}x [{low:.3g}, {high:.3g}]"

@@ -200,6 +200,7 @@ seeds: 2
 eval_every: 4
 eval_sequences: 16
 validation_fraction: 0.1
+data_scaling: [0.5, 1000]
 benchmarks:
   - {{name: tiny-hellaswag, format: hellaswag, path: {benchmark}}}
 """)
@@ -242,9 +243,16 @@ benchmarks:
     assert accuracy["chance"] == pytest.approx(1 / 3) and accuracy["items"] == 12
     assert accuracy["at_chance"] == (accuracy["acc"] * 12 < 8)  # on 12 items, 8 right is the least above a third at 5%
     assert not compared["benchmarks"]["tiny-hellaswag"]["called"]
+    scaling = results["data_scaling"]  # each variant also at half the budget, one seed; 1000x is more than its data
+    assert scaling["validated_on"] == "kept" and scaling["documents"] == kept and scaling["budget_tokens"] == 8192
+    assert [(p["tokens"], p["runs"]) for p in scaling["variants"]["base"]["points"]] == [(4096, ["base-x0.5-seed0"]),
+                                                                                          (8192, ["base-seed0", "base-seed1"])]  # fmt: skip
+    assert re.search(r"data scaling: base has [\d,]+ training tokens, not 8,192,000 \(x1000\)", done.stdout)
+    match = scaling["variants"]["no-quality"]["tokens_to_match_base"]
+    assert len(match["multiple_interval"]) == 2 and match["trained_multiples"] == [0.5, 1.0] and not match["law_identified"]
     report = (out / "report.html").read_text()
     assert signed(compared["val_loss"]["kept"]) in report and "Curation funnel" in report and "(at chance)" in report
-    assert "kept</b> decides" in report and "noise" not in json.dumps(results)
+    assert "kept</b> decides" in report and "noise" not in json.dumps(results) and "tokens_to_match_base" in report
 
     # rerun: every step's output is there, nothing is curated, trained or scored again
     outputs = [*out.rglob("part-*.parquet"), *(out / "doc_losses").glob("*.parquet")]  # a rerun's curation report is new

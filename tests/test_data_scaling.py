@@ -52,6 +52,11 @@ def test_tokens_of_raw_to_match_the_base_with_an_interval_that_holds_the_truth()
     short = compare({"base": base, "raw": raw[:3]}, tokens, budget, "base", samples=200)["variants"]["raw"]
     assert short["tokens_to_match_base"]["multiple"] == math.inf  # raw trained to 1x stays above the base at 1x
     assert "more than 1x" in describe("tokens_to_match_base", short["tokens_to_match_base"])
+    assert short["tokens_to_match_base"]["multiple_interval"] == [math.inf, math.inf]
+    smaller = match["at_smaller_budgets"]  # the base's loss at 0.25x and 0.5x: raw reaches it at 4 times those
+    assert [point["tokens"] for point in smaller] == [25_000, 50_000]
+    for point in smaller:
+        assert point["multiple_interval"][0] <= 4.0 <= point["multiple_interval"][1]
 
 
 def test_between_points_crosses_in_log_tokens():
