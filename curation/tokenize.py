@@ -16,7 +16,7 @@ import pyarrow as pa
 from curation.io import read_json, read_parquet, write_json_atomic, write_parquet_atomic, write_text_atomic
 from curation.run_folder import final_stage_dir
 from shard_contract import EOS_TOKEN as EOS
-from shard_contract import SPLIT_COLUMN, TOKEN_SCHEMA, TOKENIZER_FILE, TRAIN, VALIDATION, held_out
+from shard_contract import SHARDS_KEY, SPLIT_COLUMN, STATS_FILE, TOKEN_SCHEMA, TOKENIZER_FILE, TRAIN, VALIDATION, file_digest, held_out
 
 METADATA_COLUMNS = ("bucket", "quality_score", "language", "repository", "repo_has_tests")
 TOKENS_DIR = "tokens"
@@ -81,6 +81,7 @@ def write_tokens(run_dir: str, parts: list[str], tokenizer, validation_fraction:
     write_text_atomic(fs, f"{out}/{TOKENIZER_FILE}", tokenizer.to_str())
 
     docs, tokens, buckets, bucket_docs, held_docs, held_tokens = Counter(), Counter(), Counter(), Counter(), Counter(), Counter()
+    digests = {}
     for part in parts:
         table = read_parquet(fs, part)
         ids, sources, encoded = [], [], []
@@ -106,6 +107,9 @@ def write_tokens(run_dir: str, parts: list[str], tokenizer, validation_fraction:
                 buckets[bucket] += count
                 bucket_docs[bucket] += 1
         write_parquet_atomic(fs, f"{out}/{Path(part).name}", shard)
+        with fs.open(f"{out}/{Path(part).name}", "rb") as written:
+            size, sha256 = file_digest(written)
+        digests[Path(part).name] = {"bytes": size, "sha256": sha256}
     stats = {
         "tokenizer": TOKENIZER_FILE,
         "vocab_size": tokenizer.get_vocab_size(),
@@ -114,6 +118,7 @@ def write_tokens(run_dir: str, parts: list[str], tokenizer, validation_fraction:
         "sources": {s: {"documents": docs[s], "tokens": tokens[s], "validation_documents": held_docs[s],
                         "validation_tokens": held_tokens[s]} for s in sorted(docs)},  # fmt: skip
         "buckets": {b: {"documents": bucket_docs[b], "tokens": buckets[b]} for b in sorted(buckets, key=str)},
+        SHARDS_KEY: digests,
     }
-    write_json_atomic(fs, f"{out}/stats.json", stats)
+    write_json_atomic(fs, f"{out}/{STATS_FILE}", stats)
     return stats

@@ -46,6 +46,7 @@ from shard_contract import TOKENIZER_FILE, held_out
 BASE = "base"
 ALL, KEPT, REMOVED = "all", "kept", "removed"
 SLICES = (ALL, KEPT, REMOVED)  # the validation documents; those in the base's curated output; the others
+ADDED_RUNS = ("data_scaling", "ladder")  # spec fields that add runs to an ablation without changing its others
 LOCAL = fsspec.filesystem("file")  # an ablation's folder is local: its variants share files by hard links
 
 
@@ -170,9 +171,11 @@ class Ablation:
         return [(f"{variant}-seed{s}", variant, s) for variant in self.recipes for s in seeds]
 
     def check_same_ablation(self) -> None:
+        """Refuse an OUT that holds another ablation; data_scaling and ladder only add runs, so they may change."""
         record = self.out / "ablation.json"
         given = json.loads(self.spec.model_dump_json()) | {"inputs": self.inputs}
-        if record.is_file() and json.loads(record.read_text()) != given:
+        if record.is_file() and {key: value for key, value in json.loads(record.read_text()).items() if key not in ADDED_RUNS} != {
+                key: value for key, value in given.items() if key not in ADDED_RUNS}:  # fmt: skip
             raise RecipeError(f"{self.out} holds another ablation (its ablation.json differs): choose another --out")
         self.out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(LOCAL, str(record), given)

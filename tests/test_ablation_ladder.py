@@ -6,10 +6,12 @@ import math
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 import yaml
 
 from experiments.ablation import Ablation, AblationSpec, VariantSpec
 from experiments.ablation_ladder import compare_pair, loss, tokens_to_match
+from curation.recipe import RecipeError
 
 CURATED = {"E": 1.8, "A": 400.0, "alpha": 0.34, "B": 2000.0, "beta": 0.36}
 RAW = CURATED | {"B": 4000.0}  # the same law with data worth half as much per token
@@ -77,3 +79,12 @@ def test_ladder_rungs_validate_on_the_deciding_slice_only(tmp_path):
     assert "validation-kept" in mixture["sources"]["web"]["validation_paths"][0] and "raw" in mixture["sources"]["web"]["paths"][0]
     everything = Ablation(spec.model_copy(update={"deciding_slice": "all"}), str(tmp_path), ["in.warc.gz"], "sample")
     assert everything.deciding_documents(documents) == documents
+
+
+def test_adding_data_scaling_or_a_ladder_reuses_the_ablation_but_another_seed_count_is_refused(tmp_path):
+    spec = AblationSpec(variants=[VariantSpec(name="raw", recipe="extract-only")])
+    Ablation(spec, str(tmp_path), ["in.warc.gz"], "sample").check_same_ablation()
+    more = spec.model_copy(update={"data_scaling": [0.5, 2.0], "ladder": True})
+    Ablation(more, str(tmp_path), ["in.warc.gz"], "sample").check_same_ablation()
+    with pytest.raises(RecipeError, match="holds another ablation"):
+        Ablation(spec.model_copy(update={"seeds": 5}), str(tmp_path), ["in.warc.gz"], "sample").check_same_ablation()

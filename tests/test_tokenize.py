@@ -61,3 +61,39 @@ def test_tokenize_holds_out_a_validation_slice_by_id_hash(tmp_path, capsys):
     stats = json.loads((tmp_path / "web" / "tokens" / "stats.json").read_text())
     assert stats["sources"]["web"]["validation_documents"] == held and stats["validation_fraction"] == 0.25
     assert main(["tokenize", web, "--validation-fraction", "1.5"]) == 2 and "not in [0, 1)" in capsys.readouterr().err
+
+
+def test_train_refuses_a_shard_changed_truncated_or_added_after_tokenize(tmp_path, capsys):
+    """`curate tokenize` records each shard's bytes and sha256 in stats.json; the mixture check `train` runs before
+    its first step passes on intact shards and names the shard that changed, was cut short, or was never written."""
+    import hashlib
+    import shutil
+
+    import pytest
+
+    from training.mixture import MixtureError, load_mixture
+
+    run = curated_run(tmp_path / "web", "web", [f"document number {i} about rivers and hills" for i in range(40)])
+    (tmp_path / "web" / "01_last" / "part-00001.parquet").write_bytes((tmp_path / "web" / "01_last" / "part-00000.parquet").read_bytes())
+    assert main(["tokenize", run, "--vocab-size", "600"]) == 0
+    tokens = tmp_path / "web" / "tokens"
+    shard = tokens / "part-00001.parquet"
+    recorded = json.loads((tokens / "stats.json").read_text())["shards"]
+    assert set(recorded) == {"part-00000.parquet", "part-00001.parquet"}
+    assert recorded[shard.name] == {"bytes": shard.stat().st_size, "sha256": hashlib.sha256(shard.read_bytes()).hexdigest()}
+    (tmp_path / "mix.yaml").write_text(f"name: m\nsources:\n  web: {{paths: ['{tokens}/part-*.parquet']}}\n")
+    load_mixture(str(tmp_path / "mix.yaml")).check_shards_intact()
+
+    original = shard.read_bytes()
+    shard.write_bytes(original[:-100])  # a half-copied shard
+    with pytest.raises(MixtureError, match=f"token shard {shard} changed after `curate tokenize`"):
+        load_mixture(str(tmp_path / "mix.yaml")).check_shards_intact()
+    shard.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))  # same size, one bit flipped
+    with pytest.raises(MixtureError, match="part-00001.parquet changed"):
+        load_mixture(str(tmp_path / "mix.yaml")).check_shards_intact()
+    shard.write_bytes(original)
+    shutil.copy(shard, tokens / "part-00002.parquet")  # a shard curate tokenize never wrote
+    with pytest.raises(MixtureError, match="part-00002.parquet is not in"):
+        load_mixture(str(tmp_path / "mix.yaml")).check_shards_intact()
+    (tokens / "part-00002.parquet").unlink()
+    load_mixture(str(tmp_path / "mix.yaml")).check_shards_intact()

@@ -174,6 +174,7 @@ def _check_data(args, mixture, config, world: int):
     if not storage.is_file(mixture.tokenizer_path()):
         raise MixtureError(f"tokenizer not found: {mixture.tokenizer_path()}")
     mixture.check_one_tokenizer()
+    mixture.check_shards_intact()
     check_batches(mixture, config.base_shape(), world)
     shards = None if "LOCAL_RANK" in os.environ else read_sources(mixture)
     if shards:

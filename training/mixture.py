@@ -3,6 +3,8 @@ length and RoPE, for context extension). Validated at load."""
 
 import json
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -11,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from training import storage
-from shard_contract import TOKENIZER_FILE
+from shard_contract import SHARDS_KEY, STATS_FILE, TOKENIZER_FILE
 
 
 class MixtureError(ValueError):
@@ -206,6 +208,33 @@ class Mixture(BaseModel):
                     f"mixture {self.name!r}: source {name!r} was tokenized with {beside}, not {self.tokenizer_path()}; "
                     f"tokenize its run again with `curate tokenize RUN_DIR --tokenizer {self.tokenizer_path()}`"
                 )
+
+    def check_shards_intact(self) -> None:
+        """Every shard (training and validation) whose folder's stats.json records digests has the bytes and sha256
+        `curate tokenize` wrote, and that folder holds no shard it did not write: a shard changed, truncated or
+        half-copied on shared storage is refused by name before anything trains. Shards are hashed on several
+        threads (hashlib and fsspec reads release the GIL). Folders without digests (written by hand or by an older
+        `curate tokenize`) are not checked."""
+        checked, digests = [], {}  # digests: per stats.json, read once
+        for name in self.source_names():
+            for path in self.shard_files(name) + self.validation_files(name):
+                stats_path = storage.sibling(path, STATS_FILE)
+                if stats_path not in digests:
+                    digests[stats_path] = json.loads(storage.read_text(stats_path)).get(SHARDS_KEY) if storage.is_file(stats_path) else None
+                recorded = digests[stats_path]
+                if recorded is None:
+                    continue
+                if path.rsplit("/", 1)[-1] not in recorded:
+                    raise MixtureError(f"mixture {self.name!r}: token shard {path} is not in {stats_path}: the last "
+                                       "`curate tokenize` of that folder did not write it (a stale or foreign shard): remove it")  # fmt: skip
+                checked.append((path, stats_path, recorded[path.rsplit("/", 1)[-1]]))
+        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+            found = list(pool.map(storage.digest, [path for path, _, _ in checked]))
+        for (path, stats_path, expected), (size, sha256) in zip(checked, found):
+            if (size, sha256) != (expected["bytes"], expected["sha256"]):
+                raise MixtureError(f"mixture {self.name!r}: token shard {path} changed after `curate tokenize` "
+                                   f"({size:,} bytes, sha256 {sha256[:12]}; {stats_path} records {expected['bytes']:,} "
+                                   f"bytes, {expected['sha256'][:12]}): copy it again or tokenize again")  # fmt: skip
 
     def tokenizer_path(self) -> str:
         if self.tokenizer:

@@ -7,6 +7,8 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shard_contract import file_digest
+
 
 def _remote(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
@@ -48,3 +50,9 @@ def column_names(path: str) -> list[str]:
         return pq.read_schema(path).names
     with fsspec.open(path, "rb") as handle:
         return pq.read_schema(handle).names
+
+
+def digest(path: str) -> tuple[int, str]:
+    """(bytes, sha256) of a shard, streamed from wherever it lives."""
+    with fsspec.open(path, "rb") as handle:
+        return file_digest(handle)
