@@ -174,8 +174,8 @@ class Ablation:
         """Refuse an OUT that holds another ablation; data_scaling and ladder only add runs, so they may change."""
         record = self.out / "ablation.json"
         given = json.loads(self.spec.model_dump_json()) | {"inputs": self.inputs}
-        if record.is_file() and {key: value for key, value in json.loads(record.read_text()).items() if key not in ADDED_RUNS} != {
-                key: value for key, value in given.items() if key not in ADDED_RUNS}:  # fmt: skip
+        identity = lambda spec: {key: value for key, value in spec.items() if key not in ADDED_RUNS}  # noqa: E731
+        if record.is_file() and identity(json.loads(record.read_text())) != identity(given):
             raise RecipeError(f"{self.out} holds another ablation (its ablation.json differs): choose another --out")
         self.out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(LOCAL, str(record), given)

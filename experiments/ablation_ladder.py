@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from experiments.ladder import PRESETS, Ladder, LadderSpec, model_size, run_ladder
-from experiments.scaling_fit import bootstrap
+from experiments.data_scaling import quantiles
+from experiments.scaling_fit import Law, bootstrap
 
 
 def ladder_spec(mixture: Path, smallest_tokens: int, vocab: int, max_epochs: float) -> LadderSpec:
@@ -69,23 +70,20 @@ def compare_pair(first: str, second: str, first_rungs: list[dict], second_rungs:
 def refits(rungs: list[dict], seed: int = 0) -> list[dict]:
     """A variant's law refitted on its rungs resampled (scaling_fit.bootstrap), as dicts."""
     laws = bootstrap([r["params_total"] for r in rungs], [r["tokens"] for r in rungs], [r["val_loss"] for r in rungs], seed=seed)
-    return [{"E": law.E, "A": law.A, "alpha": law.alpha, "B": law.B, "beta": law.beta} for law in laws]
+    return [law.as_dict() for law in laws]
 
 
 def match_interval(matching: list[dict], matched: list[dict], params: float, tokens: float, level: float = 0.95) -> list[float]:
-    """The central `level` of the tokens to match over independent pairs of the two variants' refits; order
-    statistics, so a bound is inf when that share of the pairs never matches at this size."""
-    needed = np.sort([tokens_to_match(a, loss(b, params, tokens), params) for a, b in zip(matching, matched)])
-    if not len(needed):
-        return [math.nan, math.nan]
-    tail = (1 - level) / 2 * len(needed)
-    return [float(needed[int(tail)]), float(needed[min(len(needed) - 1, math.ceil(len(needed) - tail) - 1)])]
+    """The central `level` of the tokens to match over independent pairs of the two variants' refits; a bound is
+    inf when that share of the pairs never matches at this size."""
+    needed = [tokens_to_match(a, loss(b, params, tokens), params) for a, b in zip(matching, matched)]
+    return quantiles(needed, level) if needed else [math.nan, math.nan]
 
 
 def loss(law: dict, params: float, tokens: float) -> float:
-    """The law's loss; in float64 with overflow to inf, as a bootstrap refit's extreme exponent can ask."""
+    """The law's loss; overflow to inf, as a bootstrap refit's extreme exponent can ask."""
     with np.errstate(over="ignore"):
-        return float(law["E"] + law["A"] / np.float64(params) ** law["alpha"] + law["B"] / np.float64(tokens) ** law["beta"])
+        return float(Law(**law).loss(params, tokens))
 
 
 def tokens_to_match(law: dict, target: float, params: float) -> float:

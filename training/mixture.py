@@ -224,10 +224,11 @@ class Mixture(BaseModel):
                 recorded = digests[stats_path]
                 if recorded is None:
                     continue
-                if path.rsplit("/", 1)[-1] not in recorded:
+                shard = path.rsplit("/", 1)[-1]
+                if shard not in recorded:
                     raise MixtureError(f"mixture {self.name!r}: token shard {path} is not in {stats_path}: the last "
                                        "`curate tokenize` of that folder did not write it (a stale or foreign shard): remove it")  # fmt: skip
-                checked.append((path, stats_path, recorded[path.rsplit("/", 1)[-1]]))
+                checked.append((path, stats_path, recorded[shard]))
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
             found = list(pool.map(storage.digest, [path for path, _, _ in checked]))
         for (path, stats_path, expected), (size, sha256) in zip(checked, found):
