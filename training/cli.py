@@ -9,6 +9,7 @@ import torch
 
 from training import run_lock, storage
 from training.attention import KERNELS
+from training.config import PP_SCHEDULES
 from training.metrics import SPIKE_POLICIES
 
 
@@ -47,6 +48,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--shuffle-sequences", action="store_true", default=None, dest="shuffle_sequences",
                         help="take each epoch's sequences in a shuffled order, so a batch mixes documents instead of "
                         "the consecutive windows of one long file (small runs are far less noisy; one sequence length)")  # fmt: skip
+    layout = parser.add_argument_group("parallelism", "how the ranks split the work (sizes multiply to --ranks, which "
+                                       "defaults to their product; see README: Parallelism)")  # fmt: skip
+    layout.add_argument("--dp-replicate", type=int, dest="dp_replicate", help="data-parallel replicas (HSDP with --dp-shard)")
+    layout.add_argument("--dp-shard", type=int, dest="dp_shard", help="FSDP2 shards per replica (-1: the ranks left over)")
+    layout.add_argument("--tp", type=int, help="tensor parallel + sequence parallel degree (inside a node)")
+    layout.add_argument("--pp", type=int, help="pipeline stages")
+    layout.add_argument("--pp-schedule", choices=PP_SCHEDULES, dest="pp_schedule", help="pipeline schedule")
+    layout.add_argument("--pp-microbatches", type=int, dest="pp_microbatches", help="micro-batches per pipeline step")
+    layout.add_argument("--cp", type=int, help="context parallel degree (CUDA only)")
     return parser
 
 
@@ -155,7 +165,8 @@ def _num_params(config, mixture) -> int:
 
 
 OVERRIDES = ("steps", "seq_len", "global_batch", "micro_batch", "lr", "dtype", "attention", "checkpoint_every", "lineage_every", "seed",
-             "eval_every", "eval_sequences", "spike_policy", "z_loss", "shuffle_sequences")  # fmt: skip
+             "eval_every", "eval_sequences", "spike_policy", "z_loss", "shuffle_sequences", "dp_replicate", "dp_shard", "tp", "pp",
+             "pp_schedule", "pp_microbatches", "cp")  # fmt: skip
 
 
 VALIDATED = "TRAIN_VALIDATED"  # set by `train` for the ranks it launches, which skip what it checked
@@ -163,7 +174,7 @@ VALIDATED = "TRAIN_VALIDATED"  # set by `train` for the ranks it launches, which
 
 def _check_data(args, mixture, config, world: int):
     """Shards and tokenizer found and shared, repetition within the sources' caps, every phase's batch split over
-    `world` ranks: raises MixtureError or ValueError with one line. Returns the shards read (None under a torchrun
+    `world` data-parallel ranks: raises MixtureError or ValueError with one line. Returns the shards read (None under a torchrun
     launched by hand, whose every rank would read every shard)."""
     from training.data import check_batches, read_sources
     from training.mixture import MixtureError
@@ -245,14 +256,15 @@ def main(argv: list[str] | None = None) -> int:
     if not launcher:
         tie_to_launcher()
     args = _parser().parse_args(argv)
-    ranks = args.ranks or (torch.cuda.device_count() or 2)
     speaker = launcher or os.environ.get("RANK") == "0"  # the one process that holds the lock and prints notes
     out, lock = Path(args.out), None
     try:
         mixture = load_mixture(args.mixture)
         config = load_config(args.config, **{k: getattr(args, k) for k in OVERRIDES})
+        ranks = args.ranks or config.parallelism.ranks() or torch.cuda.device_count() or 2
+        layout = config.parallelism.resolve(ranks if launcher else int(os.environ["WORLD_SIZE"]))
         if os.environ.get(VALIDATED) != "1":  # the ranks our own launch starts skip what it checked
-            shards = _check_data(args, mixture, config, ranks if launcher else int(os.environ["WORLD_SIZE"]))
+            shards = _check_data(args, mixture, config, layout.dp)
             lock = _lock(out) if speaker else None
             previous, state = _check_resume(args, mixture, config, shards)
             if previous and state["step"] >= config.steps:

@@ -13,6 +13,55 @@ from training.mixture import PhaseShape
 from training.model import MODEL_CONFIGS, ModelConfig
 
 
+PP_SCHEDULES = ("1F1B", "GPipe", "Interleaved1F1B")
+
+
+class Parallelism(BaseModel):
+    """How the ranks split the work, torchtitan's names: the sizes multiply to the world size. dp_shard -1 takes the
+    ranks the others leave (FSDP over them); dp_replicate > 1 with dp_shard > 1 is HSDP (replicate across nodes, shard
+    inside)."""
+
+    model_config = ConfigDict(extra="forbid")
+    dp_replicate: int = Field(1, ge=1, description="data-parallel replicas (DDP-like across groups of ranks)")
+    dp_shard: int = Field(-1, ge=-1, description="FSDP2 shards per replica; -1: the ranks left over")
+    tp: int = Field(1, ge=1, description="tensor parallel (+ sequence parallel) degree, inside a node")
+    pp: int = Field(1, ge=1, description="pipeline stages (one per rank of a pipeline group)")
+    pp_schedule: Literal[PP_SCHEDULES] = Field("1F1B", description="pipeline schedule")
+    pp_microbatches: int = Field(0, ge=0, description="micro-batches a pipeline step is split into; 0: the step's "
+                                 "micro-batches per data-parallel rank (global_batch / (micro_batch x dp))")  # fmt: skip
+    cp: int = Field(1, ge=1, description="context parallel degree (CUDA only)")
+
+    @model_validator(mode="after")
+    def shard_nonzero(self):
+        if self.dp_shard == 0:
+            raise ValueError("parallelism.dp_shard is -1 (the ranks left over) or at least 1")
+        return self
+
+    def resolve(self, world: int) -> "Parallelism":
+        """The same layout with dp_shard filled in for `world` ranks; ValueError naming the sizes that do not fit."""
+        fixed = self.dp_replicate * self.tp * self.pp * self.cp
+        shard = self.dp_shard if self.dp_shard != -1 else world // fixed
+        if shard < 1 or fixed * shard != world:
+            raise ValueError(f"parallelism dp_replicate {self.dp_replicate} x dp_shard {self.dp_shard} x tp {self.tp} x "
+                             f"pp {self.pp} x cp {self.cp} does not make the {world} ranks launched")  # fmt: skip
+        return self.model_copy(update={"dp_shard": shard})
+
+    def ranks(self) -> int | None:
+        """The world size the layout names, when it names one (no dp_shard -1 and more than one rank)."""
+        sizes = self.dp_replicate * self.tp * self.pp * self.cp * max(self.dp_shard, 1)
+        return sizes if sizes > 1 else None
+
+    @property
+    def dp(self) -> int:
+        return self.dp_replicate * self.dp_shard
+
+    def describe(self) -> str:
+        sizes = {"dp_replicate": self.dp_replicate, "dp_shard": self.dp_shard, "tp": self.tp, "pp": self.pp, "cp": self.cp}
+        used = [f"{name} {size}" for name, size in sizes.items() if size > 1]
+        pipeline = f" ({self.pp_schedule})" if self.pp > 1 else ""
+        return " x ".join(used) + pipeline if used else "one rank"
+
+
 class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str = Field("tiny", description=f"one of {sorted(MODEL_CONFIGS)}")
@@ -51,6 +100,7 @@ class TrainConfig(BaseModel):
                                     "documents (runs of one sequence length; less noisy small runs: ladders, ablations)")  # fmt: skip
     eval_every: int = Field(20, ge=0, description="validation loss on the held-out slice every N steps and at the end; 0: never")
     eval_sequences: int = Field(16, gt=0, description="held-out sequences scored per source at each validation")
+    parallelism: Parallelism = Field(default_factory=Parallelism)
 
     @model_validator(mode="after")
     def known_model(self):
@@ -89,7 +139,9 @@ def load_config(name_or_path: str, **overrides) -> TrainConfig:
         data = yaml.safe_load(path.read_text()) or {}
         if not isinstance(data, dict):
             raise ValueError(f"{path}: a training config is a mapping of TrainConfig fields")
+    layout = {k: overrides.pop(k) for k in list(overrides) if k in Parallelism.model_fields}
     data.update({k: v for k, v in overrides.items() if v is not None})
+    data["parallelism"] = {**data.get("parallelism", {}), **{k: v for k, v in layout.items() if v is not None}}
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as error:
