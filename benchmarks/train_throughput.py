@@ -69,12 +69,17 @@ def fsdp_run(folder: Path, mixture: Path, steps: int, seq_len: int, global_batch
     return len(steady) / sum(1 / t for t in steady)  # tokens/s over the steady steps (harmonic mean of per-step rates)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--seq-len", type=int, default=128)
+def run_arguments(doc: str, steps: int, seq_len: int) -> argparse.Namespace:
+    """--steps, --seq-len and --global-batch of a training benchmark."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--seq-len", type=int, default=seq_len)
     parser.add_argument("--global-batch", type=int, default=16)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = run_arguments(__doc__, steps=30, seq_len=128)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         mixture = make_shards(folder)

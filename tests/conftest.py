@@ -1,5 +1,7 @@
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,3 +48,36 @@ def sample_snapshot(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sample")
     sample.generate(out, pages=160, files=4, seed=0)
     return out
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`python -m ARGS` in `cwd`, which must succeed (its output's end is the failure message)."""
+    done = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=cwd, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+TRAIN_SETTINGS = "seq_len: 64\nglobal_batch: 8\nmicro_batch: 2\nwarmup: 2\ndtype: fp32\nlog_every: 1\nkeep_checkpoints: 10\n"
+
+
+@pytest.fixture(scope="session")
+def workdir(tmp_path_factory) -> Path:
+    """For the training tests: a curated, tokenized sample run, a two-phase curriculum over its shards (two.yaml) and
+    a training config (settings.yaml)."""
+    from curation.sources import sample
+
+    folder = tmp_path_factory.mktemp("train")
+    sample.generate(folder / "snapshot", pages=200, files=4, seed=5)
+    run("curation", "run", "fineweb-snapshot", "--input", str(folder / "snapshot" / "*.warc.gz"), "--output", "curated",
+        "--num-cpus", "2", cwd=folder)  # fmt: skip
+    run("curation", "tokenize", "curated", "--vocab-size", "2048", "--validation-fraction", "0.1", cwd=folder)
+    (folder / "two.yaml").write_text(
+        "name: two\nsources:\n"
+        "  web: {paths: ['curated/tokens/part-0000[0-2].parquet']}\n"
+        "  more: {paths: ['curated/tokens/part-00003.parquet']}\n"
+        "phases:\n"
+        "  - {name: warm, fraction: 0.5, weights: {web: 0.9, more: 0.1}}\n"
+        "  - {name: anneal, weights: {web: 0.3, more: 0.7}}\n"
+    )
+    (folder / "settings.yaml").write_text(TRAIN_SETTINGS)
+    return folder

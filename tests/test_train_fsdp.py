@@ -16,38 +16,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from curation.sources import sample
 from shard_contract import TOKEN_SCHEMA
+from tests.conftest import TRAIN_SETTINGS as SETTINGS
+from tests.conftest import run
 from training import metrics
 
 pytestmark = pytest.mark.slow
-SETTINGS = "seq_len: 64\nglobal_batch: 8\nmicro_batch: 2\nwarmup: 2\ndtype: fp32\nlog_every: 1\nkeep_checkpoints: 10\n"
 
 
-def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=cwd, timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
-    """A curated, tokenized sample run, a two-phase curriculum over its shards, and a training config."""
-    folder = tmp_path_factory.mktemp("train")
-    sample.generate(folder / "snapshot", pages=200, files=4, seed=5)
-    run("curation", "run", "fineweb-snapshot", "--input", str(folder / "snapshot" / "*.warc.gz"), "--output", "curated",
-        "--num-cpus", "2", cwd=folder)  # fmt: skip
-    run("curation", "tokenize", "curated", "--vocab-size", "2048", "--validation-fraction", "0.1", cwd=folder)
-    (folder / "two.yaml").write_text(
-        "name: two\nsources:\n"
-        "  web: {paths: ['curated/tokens/part-0000[0-2].parquet']}\n"
-        "  more: {paths: ['curated/tokens/part-00003.parquet']}\n"
-        "phases:\n"
-        "  - {name: warm, fraction: 0.5, weights: {web: 0.9, more: 0.1}}\n"
-        "  - {name: anneal, weights: {web: 0.3, more: 0.7}}\n"
-    )
-    (folder / "settings.yaml").write_text(SETTINGS)
-    return folder
 
 
 PHASED = ["training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "12", "--checkpoint-every", "4",

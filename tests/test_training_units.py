@@ -582,10 +582,13 @@ def test_z_loss_weight_adds_exactly_its_term_to_the_objective_and_gradients(tmp_
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from training.trainer import forward_backward
+    from training.config import Parallelism
+    from training.mesh import build
+    from training.trainer import Objective, forward_backward
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0, world_size=1)
     try:
+        meshes = build(Parallelism().resolve(1), "cpu")
         torch.manual_seed(0)
         model = Transformer(replace(MODEL_CONFIGS["tiny"], vocab_size=64, n_layers=1))
         tokens = torch.randint(0, 64, (2, 2, 17))  # two micro-batches of two sequences
@@ -597,7 +600,7 @@ def test_z_loss_weight_adds_exactly_its_term_to_the_objective_and_gradients(tmp_
                 objective().backward()
                 sums = None
             else:
-                sums, _ = forward_backward(model, batches, 2, torch.device("cpu"), weight)
+                sums, _ = forward_backward(model, None, batches, 2, torch.device("cpu"), Objective(weight), meshes, 0)
             return sums, torch.cat([p.grad.flatten() for p in model.parameters()])
 
         def by_hand(term):

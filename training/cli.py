@@ -154,14 +154,17 @@ def cmd_plan(argv: list[str]) -> int:
     return 0
 
 
-def _num_params(config, mixture) -> int:
+def _vocab_size(mixture) -> int:
     from tokenizers import Tokenizer
 
+    return Tokenizer.from_str(storage.read_text(mixture.tokenizer_path())).get_vocab_size()
+
+
+def _num_params(config, mixture) -> int:
     from training.model import Transformer
 
-    vocab = Tokenizer.from_str(storage.read_text(mixture.tokenizer_path())).get_vocab_size()
     with torch.device("meta"):
-        return Transformer(config.model_config_for(vocab)).num_params()
+        return Transformer(config.model_config_for(_vocab_size(mixture))).num_params()
 
 
 OVERRIDES = ("steps", "seq_len", "global_batch", "micro_batch", "lr", "dtype", "attention", "checkpoint_every", "lineage_every", "seed",
@@ -172,12 +175,14 @@ OVERRIDES = ("steps", "seq_len", "global_batch", "micro_batch", "lr", "dtype", "
 VALIDATED = "TRAIN_VALIDATED"  # set by `train` for the ranks it launches, which skip what it checked
 
 
-def _check_data(args, mixture, config, world: int):
+def _check_data(args, mixture, config, layout):
     """Shards and tokenizer found and shared, repetition within the sources' caps, every phase's batch split over
-    `world` data-parallel ranks: raises MixtureError or ValueError with one line. Returns the shards read (None under a torchrun
+    the layout's data-parallel ranks (and pipeline micro-batches), the layout fits the model: raises MixtureError or ValueError with one line. Returns the shards read (None under a torchrun
     launched by hand, whose every rank would read every shard)."""
     from training.data import check_batches, read_sources
     from training.mixture import MixtureError
+    from training.parallelize import check_layout
+    from training.pipeline import microbatches
     from training.plan import over_cap, plan
 
     for name in mixture.source_names():
@@ -186,7 +191,11 @@ def _check_data(args, mixture, config, world: int):
         raise MixtureError(f"tokenizer not found: {mixture.tokenizer_path()}")
     mixture.check_one_tokenizer()
     mixture.check_shards_intact()
-    check_batches(mixture, config.base_shape(), world)
+    check_batches(mixture, config.base_shape(), layout.dp)
+    check_layout(layout, config.model_config_for(_vocab_size(mixture)))
+    if layout.pp > 1:
+        for shape in mixture.shapes(config.base_shape()):
+            microbatches(layout, shape)
     shards = None if "LOCAL_RANK" in os.environ else read_sources(mixture)
     if shards:
         problem = over_cap(plan(mixture, mixture.scheduled_phase_tokens(config.steps, config.base_shape()), shards))
@@ -264,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         ranks = args.ranks or config.parallelism.ranks() or torch.cuda.device_count() or 2
         layout = config.parallelism.resolve(ranks if launcher else int(os.environ["WORLD_SIZE"]))
         if os.environ.get(VALIDATED) != "1":  # the ranks our own launch starts skip what it checked
-            shards = _check_data(args, mixture, config, layout.dp)
+            shards = _check_data(args, mixture, config, layout)
             lock = _lock(out) if speaker else None
             previous, state = _check_resume(args, mixture, config, shards)
             if previous and state["step"] >= config.steps:

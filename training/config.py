@@ -122,6 +122,7 @@ class TrainConfig(BaseModel):
 
 PRESETS = {
     "tiny": {"model": "tiny"},
+    "tiny-untied": {"model": "tiny", "model_overrides": {"tie_embeddings": False}},  # a pipeline can split it
     "small": {"model": "small", "seq_len": 1024, "global_batch": 64, "micro_batch": 8, "lr": 1e-3, "min_lr": 1e-4, "warmup": 200},
     "1b": {"model": "1b", "seq_len": 2048, "global_batch": 256, "micro_batch": 4, "lr": 4e-4, "min_lr": 4e-5, "warmup": 2000,
            "activation_checkpointing": True},
@@ -129,7 +130,7 @@ PRESETS = {
 
 
 def load_config(name_or_path: str, **overrides) -> TrainConfig:
-    """A preset name (tiny|small|1b) or a YAML file of TrainConfig fields; CLI overrides win."""
+    """A preset name (tiny|tiny-untied|small|1b) or a YAML file of TrainConfig fields; CLI overrides win."""
     if name_or_path in PRESETS:
         data = dict(PRESETS[name_or_path])
     else:

@@ -61,9 +61,10 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin):
         batch, seq, _ = x.shape
-        q = self.wq(x).view(batch, seq, self.n_heads, self.head_dim)
-        k = self.wk(x).view(batch, seq, self.n_kv_heads, self.head_dim)
-        v = self.wv(x).view(batch, seq, self.n_kv_heads, self.head_dim)
+        # -1 heads: under tensor parallelism a rank holds n_heads / tp of them
+        q = self.wq(x).view(batch, seq, -1, self.head_dim)
+        k = self.wk(x).view(batch, seq, -1, self.head_dim)
+        v = self.wv(x).view(batch, seq, -1, self.head_dim)
         out = self.attend(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)
         return self.wo(out.reshape(batch, seq, -1))
 
@@ -93,11 +94,15 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
+    """Layers are keyed by their index, so a pipeline stage that keeps some of them (and only the first stage's
+    embedding, the last's norm and output) names its parameters as the whole model does: checkpoints move between
+    layouts."""
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
-        self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.layers = nn.ModuleDict({str(i): Block(config) for i in range(config.n_layers)})
         self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
         self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
         if config.tie_embeddings:
@@ -110,7 +115,7 @@ class Transformer(nn.Module):
     def set_rope(self, theta: float, scaling: dict | None) -> None:
         """A new RoPE base or scaling, as a context-extension phase sets (the weights stay as they are)."""
         self.config.rope_theta, self.config.rope_scaling = theta, scaling
-        device = self.tok_embeddings.weight.device
+        device = self.rope_cos.device
         self.rope_cos, self.rope_sin = rope_tables(self.config.head_dim, self.config.max_seq_len, theta, scaling, device)
 
     def init_weights(self, device: torch.device | None = None) -> None:
@@ -131,18 +136,20 @@ class Transformer(nn.Module):
                 module.reset_parameters()
 
     def set_attention(self, attend) -> None:
-        for block in self.layers:
+        for block in self.layers.values():
             block.attention.attend = attend
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.tok_embeddings(tokens)
-        for block in self.layers:
+        """Token ids to logits; a pipeline stage without the embedding takes hidden states, one without the output
+        returns them."""
+        x = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
+        for block in self.layers.values():
             x = block(x, self.rope_cos, self.rope_sin)
-        return self.output(self.norm(x))
+        return self.output(self.norm(x)) if self.output is not None else x
 
     def num_params(self, embeddings: bool = True) -> int:
         total = sum(p.numel() for p in self.parameters())
-        if not embeddings:
+        if not embeddings and self.tok_embeddings is not None:
             total -= self.tok_embeddings.weight.numel()
         return total
 

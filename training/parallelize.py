@@ -1,24 +1,82 @@
-"""Apply activation checkpointing -> torch.compile -> FSDP2, in that order (torchtitan's parallelize, on one screen)."""
+"""Apply TP (+ sequence parallel) -> activation checkpointing -> torch.compile -> FSDP2 / HSDP, in that order
+(torchtitan's parallelize_llama, on one screen). The pipeline split, when there is one, happens before (pipeline.py)."""
 
 import torch
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
 
-from training.model import Transformer
+from training.config import Parallelism
+from training.model import ModelConfig, Transformer
 
 
-def parallelize(model: Transformer, mesh: DeviceMesh, param_dtype: torch.dtype, activation_checkpointing: bool,
-                compile_blocks: bool) -> Transformer:  # fmt: skip
-    for index, block in enumerate(model.layers):
+def check_layout(layout: Parallelism, config: ModelConfig) -> None:
+    """What a layout cannot do with a model, as one line, before any rank starts."""
+    if config.n_kv_heads % layout.tp or config.n_heads % layout.tp:
+        raise ValueError(f"parallelism.tp {layout.tp} does not divide the model's {config.n_heads} query and "
+                         f"{config.n_kv_heads} key/value heads: each tensor-parallel rank needs whole heads (GQA)")  # fmt: skip
+    if config.ffn_hidden % layout.tp or config.vocab_size % layout.tp:
+        raise ValueError(f"parallelism.tp {layout.tp} does not divide ffn_hidden {config.ffn_hidden} and vocab_size "
+                         f"{config.vocab_size}")  # fmt: skip
+    if layout.pp > config.n_layers:
+        raise ValueError(f"parallelism.pp {layout.pp} is more stages than the model's {config.n_layers} layers")
+    if layout.pp > 1 and config.tie_embeddings:
+        raise ValueError("parallelism.pp > 1 needs untied embeddings (--config tiny-untied, or model_overrides: "
+                         "{tie_embeddings: false}): the embedding and the output layer live on different stages")  # fmt: skip
+    if layout.cp > 1:
+        raise ValueError("parallelism.cp > 1: context parallelism is not built yet (torch's ring attention runs only on "
+                         "CUDA's flash/efficient SDPA kernels, so it cannot be tested on this CPU machine)")  # fmt: skip
+
+
+def apply_tp(model: Transformer, tp: DeviceMesh) -> None:
+    """Megatron's split with sequence parallelism: activations between blocks (and the norms over them) are sharded
+    along the sequence; attention heads and the FFN's hidden units are split over the tp ranks. The logits are
+    gathered whole (the per-token losses and per-source accounting read them)."""
+    top = {"norm": SequenceParallel(), "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())}
+    if model.tok_embeddings is not None:
+        top["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))
+    parallelize_module(model, tp, {name: plan for name, plan in top.items() if getattr(model, name) is not None})
+    block_plan = {
+        "attention_norm": SequenceParallel(),
+        "attention": PrepareModuleInput(input_layouts=(Shard(1), None, None), desired_input_layouts=(Replicate(), None, None)),
+        "attention.wq": ColwiseParallel(),
+        "attention.wk": ColwiseParallel(),
+        "attention.wv": ColwiseParallel(),
+        "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+        "ffn_norm": SequenceParallel(),
+        "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+        "feed_forward.w1": ColwiseParallel(),
+        "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
+        "feed_forward.w3": ColwiseParallel(),
+    }
+    for block in model.layers.values():
+        parallelize_module(block, tp, block_plan)
+    if model.config.tie_embeddings:  # both are sharded by vocabulary row; tie them again after distributing
+        model.output.weight = model.tok_embeddings.weight
+
+
+def parallelize(model: Transformer, tp: DeviceMesh | None, fsdp: DeviceMesh, param_dtype: torch.dtype,
+                activation_checkpointing: bool, compile_blocks: bool) -> Transformer:  # fmt: skip
+    if tp is not None and tp.size() > 1:
+        apply_tp(model, tp)
+    for name, block in model.layers.items():
         if activation_checkpointing:
             block = checkpoint_wrapper(block, preserve_rng_state=False)
         if compile_blocks:
             block = torch.compile(block, fullgraph=True)
-        model.layers[index] = block
+        model.layers[name] = block
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
-    for index, block in enumerate(model.layers):
+    blocks = list(model.layers.values())
+    for index, block in enumerate(blocks):
         # the last block's parameters are needed right away by backward: no point resharding them after forward
-        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=index < len(model.layers) - 1)
-    fully_shard(model, mesh=mesh, mp_policy=policy)
+        fully_shard(block, mesh=fsdp, mp_policy=policy, reshard_after_forward=index < len(blocks) - 1)
+    fully_shard(model, mesh=fsdp, mp_policy=policy)
     return model

@@ -6,13 +6,13 @@ import math
 import os
 import sys
 import time
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.distributed.device_mesh import init_device_mesh
 
 from training import checkpoint, storage
 from training.attention import choose_attention
@@ -21,8 +21,10 @@ from training.data import MixtureLoader, ValidationSet, read_sources
 from training.export import write_model_config
 from training.metrics import MetricsWriter, ProgressLine, SpikeDetector, peak_flops, peak_memory_mb
 from training.mixture import Mixture
+from training.mesh import Meshes, build
 from training.model import Transformer, flops_per_token
-from training.parallelize import parallelize
+from training.parallelize import check_layout, parallelize
+from training.pipeline import Pipeline, microbatches, split
 from training.schedule import lr_at
 from shard_contract import EOS_TOKEN, TOKENIZER_FILE
 
@@ -39,6 +41,13 @@ def _setup_distributed() -> tuple[int, int, torch.device]:
     return dist.get_rank(), dist.get_world_size(), device
 
 
+def _quiet_layout_notes() -> None:
+    """Two notes torch prints on every rank and step of a tensor-parallel run, neither about this trainer: the logits
+    are a view (nothing here changes them in place), and the gradient norm over a 2-D mesh takes two all-reduces."""
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+    logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
+
+
 def _optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -52,36 +61,67 @@ def _accumulate(sums: torch.Tensor, width: int, token_loss: torch.Tensor, source
     sums[width : 2 * width].index_add_(0, sources, torch.full_like(sources, token_loss.shape[1], dtype=torch.float64))
 
 
-def _token_loss(model, batch, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The batch's logits (fp32) and cross-entropy per target token, (micro_batch, seq_len)."""
-    targets = batch.targets.to(device)
-    logits = model(batch.inputs.to(device)).float()
-    return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
+def _token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy per target token, (micro_batch, seq_len), from the logits (taken in fp32)."""
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
 
 
-def forward_backward(model, batches, sources: int, device: torch.device, z_loss: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward and backward over the step's micro-batches. Returns, summed over all ranks, the per-source loss sums,
-    the per-source token counts and the z-loss sum; and this rank's mean loss per sequence, in plan order."""
-    sums = torch.zeros(2 * sources + 1, dtype=torch.float64, device=device)
-    per_sequence = []
-    for batch in batches:
-        logits, token_loss = _token_loss(model, batch, device)
+class Objective:
+    """The loss a micro-batch's backward starts from (mean token loss, plus PaLM's z-loss when weighted), keeping
+    each micro-batch's per-token losses and z-loss sum for the step's accounting; called by the trainer, or by the
+    pipeline schedule on the last stage."""
+
+    def __init__(self, z_loss: float):
+        self.z_loss, self.token_losses, self.z_sum = z_loss, [], 0.0
+
+    def __call__(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        token_loss = _token_loss(logits, targets)
         objective = token_loss.mean()
-        if z_loss:  # PaLM: keeps the softmax normalizer near 1, against logit drift in bf16
-            log_z_squared = torch.logsumexp(logits, dim=-1).pow(2)
-            objective = objective + z_loss * log_z_squared.mean()
-            sums[-1] += log_z_squared.detach().sum().double()
-        (objective / len(batches)).backward()
-        _accumulate(sums, sources, token_loss.detach(), batch.sources.to(device))
-        per_sequence.append(token_loss.detach().mean(dim=1))
+        if self.z_loss:  # keeps the softmax normalizer near 1, against logit drift in bf16
+            log_z_squared = torch.logsumexp(logits.float(), dim=-1).pow(2)
+            objective = objective + self.z_loss * log_z_squared.mean()
+            self.z_sum += log_z_squared.detach().sum().double()
+        self.token_losses.append(token_loss.detach())
+        return objective
+
+
+def forward_backward(model, pipeline: Pipeline | None, batches, sources: int, device: torch.device, objective: Objective,
+                     meshes: Meshes, count: int) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Forward and backward over the step's micro-batches (`count` of them through the pipeline). Returns, summed over
+    all ranks, the per-source loss sums, the per-source token counts and the z-loss sum; and this data-parallel
+    rank's mean loss per sequence, in plan order (zeros on the ranks that do not own the loss)."""
+    objective.token_losses, objective.z_sum = [], 0.0
+    if pipeline:
+        pipeline.step(torch.cat([b.inputs for b in batches]), torch.cat([b.targets for b in batches]), count)
+    else:
+        for batch in batches:
+            (objective(model(batch.inputs.to(device)), batch.targets.to(device)) / len(batches)).backward()
+    sums = torch.zeros(2 * sources + 1, dtype=torch.float64, device=device)
+    per_sequence = torch.zeros(sum(len(b.sources) for b in batches), device=device)
+    if meshes.owns_loss:
+        token_loss = torch.cat(objective.token_losses[-len(batches) if pipeline is None else -count :])
+        _accumulate(sums, sources, token_loss, torch.cat([b.sources for b in batches]).to(device))
+        sums[-1] += objective.z_sum
+        per_sequence = token_loss.mean(dim=1)
     dist.all_reduce(sums)
-    return sums, torch.cat(per_sequence)
+    return sums, per_sequence
 
 
-def optimizer_step(model, optimizer, clip: float, apply: bool) -> torch.Tensor:
-    """Clip and step (or, for a skipped spike, drop the gradients); returns the gradient norm before clipping."""
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+def _logits(model, pipeline: Pipeline | None, inputs: torch.Tensor, device: torch.device) -> torch.Tensor | None:
+    return pipeline.forward(inputs) if pipeline else model(inputs.to(device))
+
+
+def optimizer_step(model, optimizer, clip: float, apply: bool, meshes: Meshes) -> torch.Tensor:
+    """Clip and step (or, for a skipped spike, drop the gradients); returns the gradient norm before clipping, over
+    the whole model (a pipeline stage's norm joined with the other stages')."""
+    parameters = [p for p in model.parameters() if p.grad is not None]
+    grad_norm = torch.nn.utils.get_total_norm([p.grad for p in parameters], foreach=True)
     grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+    if meshes.layout.pp > 1:
+        grad_norm = grad_norm.pow(2)
+        dist.all_reduce(grad_norm, group=meshes.pp.get_group())
+        grad_norm = grad_norm.sqrt()
+    torch.nn.utils.clip_grads_with_norm_(parameters, clip, grad_norm, foreach=True)
     if apply:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -101,22 +141,27 @@ def spike_action(policy: str, verdict: str | None, latest: Path | None, rewound_
     return LOGGED if policy == "log" else SKIPPED
 
 
-def evaluate(model, batches, sources: int, device: torch.device) -> torch.Tensor:
+def evaluate(model, pipeline: Pipeline | None, batches, sources: int, device: torch.device, meshes: Meshes) -> torch.Tensor:
     """Validation loss sums then token counts per source, over all ranks (padding rows dropped)."""
     sums = torch.zeros(2 * (sources + 1), dtype=torch.float64, device=device)
     with torch.no_grad():
         for batch in batches:
-            _accumulate(sums, sources + 1, _token_loss(model, batch, device)[1], batch.sources.to(device))
+            logits = _logits(model, pipeline, batch.inputs, device)
+            if meshes.owns_loss:
+                _accumulate(sums, sources + 1, _token_loss(logits, batch.targets.to(device)), batch.sources.to(device))
     dist.all_reduce(sums)
     return torch.cat([sums[:sources], sums[sources + 1 : 2 * sources + 1]])
 
 
-def offending_documents(loader: MixtureLoader, per_sequence: torch.Tensor, threshold: float) -> dict[str, list[str]]:
+def offending_documents(loader: MixtureLoader, per_sequence: torch.Tensor, threshold: float, meshes: Meshes) -> dict[str, list[str]]:
     """The documents of the spike's sequences that are themselves over the threshold (or not finite); all the
-    batch's documents when the spike is spread over it. Every rank calls it (it gathers the sequence losses)."""
-    gathered = [torch.empty_like(per_sequence) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, per_sequence)
-    losses = torch.cat(gathered).cpu()
+    batch's documents when the spike is spread over it. Every rank calls it (it sums the sequence losses each
+    data-parallel slice's loss owner holds into the global batch's order)."""
+    losses = torch.zeros(len(per_sequence) * meshes.dp.size(), device=per_sequence.device)
+    start = meshes.dp.get_local_rank() * len(per_sequence)
+    losses[start : start + len(per_sequence)] = per_sequence
+    dist.all_reduce(losses)
+    losses = losses.cpu()
     bad = ~torch.isfinite(losses) | (losses > threshold)
     chosen = bad if bad.any() else torch.ones_like(bad)
     documents: dict[str, dict[str, None]] = {}
@@ -198,7 +243,10 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
     from tokenizers import Tokenizer
 
     rank, world, device = _setup_distributed()
+    meshes = build(config.parallelism.resolve(world), device.type)
+    layout, dp_rank, dp_world = meshes.layout, meshes.dp.get_local_rank(), meshes.dp.size()
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, format="%(message)s", stream=sys.stdout)
+    _quiet_layout_notes()
     torch.manual_seed(config.seed)
     tokenizer = Tokenizer.from_str(storage.read_text(mixture.tokenizer_path()))
     eos_id = tokenizer.token_to_id(EOS_TOKEN)
@@ -214,14 +262,18 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
     attention_name, attend = choose_attention(device, param_dtype, config.attention)
     model.set_attention(attend)
     num_params = model.num_params()
-    mesh = init_device_mesh(device.type, (world,))
-    parallelize(model, mesh, param_dtype, config.activation_checkpointing, config.compile)
+    check_layout(layout, model_config)
+    if layout.pp > 1:
+        split(model, meshes.pp.get_local_rank(), layout.pp)
+    parallelize(model, meshes.tp, meshes.fsdp, param_dtype, config.activation_checkpointing, config.compile)
     if device.type == "cuda":
         with torch.no_grad():
             model.init_weights(device)
     optimizer = _optimizer(model, config)
     shards = read_sources(mixture)  # read once for the training streams and the held-out slice
-    loader = MixtureLoader(mixture, config.seq_len, config.global_batch, config.micro_batch, rank, world, config.seed, eos_id,
+    objective = Objective(config.z_loss)
+    pipeline = Pipeline(model, meshes, device, param_dtype, objective) if layout.pp > 1 else None
+    loader = MixtureLoader(mixture, config.seq_len, config.global_batch, config.micro_batch, dp_rank, dp_world, config.seed, eos_id,
                            total_steps=config.steps, rope_theta=base.rope_theta, shards=shards,
                            shuffle_sequences=config.shuffle_sequences)  # fmt: skip
     validation = ValidationSet(mixture, eos_id, config.eval_sequences, shards) if config.eval_every else None
@@ -240,7 +292,8 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
     if rank == 0:
         log.info(f"model {config.model}: {num_params / 1e6:.2f}M params, "
                  f"{flops_per_token(model_config, num_params, config.seq_len) / 1e6:.1f} MFLOP/token; "
-                 f"attention {attention_name}; {world} rank(s) on {device_name} ({'NCCL' if device.type == 'cuda' else 'gloo'}); "
+                 f"attention {attention_name}; {world} rank(s) on {device_name} ({'NCCL' if device.type == 'cuda' else 'gloo'}), "
+                 f"{layout.describe()}; "
                  f"params {param_dtype}; grad accumulation {loader.grad_accum}"
                  + (f"; resumed from {found.name}" if found else ""))  # fmt: skip
         for phase, shape, first in zip(mixture.phases, shapes, loader.phase_start_steps):
@@ -265,15 +318,16 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
         for group in optimizer.param_groups:
             group["lr"] = lr
         threshold = spikes.threshold()
-        sums, per_sequence = forward_backward(model, loader.next_step(), n, device, config.z_loss)
+        sums, per_sequence = forward_backward(model, pipeline, loader.next_step(), n, device, objective, meshes,
+                                              microbatches(layout, shape) if pipeline else 0)  # fmt: skip
         loss = (sums[:n].sum() / sums[n : 2 * n].sum()).item()
         verdict = spikes(loss)
         done = step + 1
         latest = checkpoint.latest(out / "checkpoints") if verdict and config.spike_policy == "rewind" else None
         action = spike_action(config.spike_policy, verdict, latest, done in rewound)
-        grad_norm = optimizer_step(model, optimizer, config.clip, apply=action in (None, LOGGED))
+        grad_norm = optimizer_step(model, optimizer, config.clip, action in (None, LOGGED), meshes)
         if verdict:
-            documents = offending_documents(loader, per_sequence, threshold)
+            documents = offending_documents(loader, per_sequence, threshold, meshes)
             if step_log:
                 record = {"step": done, "loss": loss, "event": verdict, "threshold": threshold if math.isfinite(threshold) else None,
                           "action": action, "documents": documents, "sequences": loader.last_step_documents()}  # fmt: skip
@@ -289,8 +343,8 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
         eval_seconds, scores = 0.0, None
         if validation and (done % config.eval_every == 0 or done == config.steps):
             began = time.perf_counter()
-            batches = validation.batches(shape.seq_len, shape.micro_batch, rank, world)
-            scores = evaluate(model, batches, n, device) if batches else None
+            batches = validation.batches(shape.seq_len, shape.micro_batch, dp_rank, dp_world)
+            scores = evaluate(model, pipeline, batches, n, device, meshes) if batches else None
             eval_seconds = time.perf_counter() - began
         if step_log:
             step_log(done, loss, verdict, sums, grad_norm, lr, scores, eval_seconds)
