@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from training import run_lock, storage
+from training import fp8, run_lock, storage
 from training.attention import KERNELS
 from training.config import PP_SCHEDULES
 from training.metrics import SPIKE_POLICIES
@@ -45,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="on a loss spike: log its documents, skip the update, or rewind to the last checkpoint and "
                         "never train on the offending documents again")  # fmt: skip
     parser.add_argument("--z-loss", type=float, dest="z_loss", help="z-loss weight, e.g. 1e-4 (0: off)")
+    parser.add_argument("--fp8", choices=fp8.RECIPES,
+                        help="float8 matmuls in the blocks (torchao; GPUs with compute capability 8.9+: H100/H200); "
+                        "refused in one line elsewhere")  # fmt: skip
     parser.add_argument("--shuffle-sequences", action="store_true", default=None, dest="shuffle_sequences",
                         help="take each epoch's sequences in a shuffled order, so a batch mixes documents instead of "
                         "the consecutive windows of one long file (small runs are far less noisy; one sequence length)")  # fmt: skip
@@ -231,7 +234,7 @@ def _num_params(config, mixture) -> int:
 
 OVERRIDES = ("steps", "seq_len", "global_batch", "micro_batch", "lr", "dtype", "attention", "checkpoint_every", "lineage_every", "seed",
              "eval_every", "eval_sequences", "spike_policy", "z_loss", "shuffle_sequences", "dp_replicate", "dp_shard", "tp", "pp",
-             "pp_schedule", "pp_microbatches", "cp")  # fmt: skip
+             "pp_schedule", "pp_microbatches", "cp", "fp8")  # fmt: skip
 
 
 VALIDATED = "TRAIN_VALIDATED"  # set by `train` for the ranks it launches, which skip what it checked
@@ -329,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         ranks = args.ranks or config.parallelism.ranks() or torch.cuda.device_count() or 2
         layout = config.parallelism.resolve(ranks if launcher else int(os.environ["WORLD_SIZE"]))
         if os.environ.get(VALIDATED) != "1":  # the ranks our own launch starts skip what it checked
+            fp8.check(config.fp8, torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu"))
             shards = _check_data(args, mixture, config, layout.dp)
             lock = _lock(out) if speaker else None
             previous, state = _check_resume(args, mixture, config, shards)

@@ -8,6 +8,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from training.attention import KERNELS
+from training.fp8 import RECIPES as FP8_RECIPES
 from training.metrics import SPIKE_POLICIES
 from training.mixture import PhaseShape
 from training.model import MODEL_CONFIGS, ModelConfig
@@ -86,6 +87,9 @@ class TrainConfig(BaseModel):
     )
     activation_checkpointing: bool = False
     compile: bool = False
+    fp8: Literal[FP8_RECIPES] = Field(
+        "off", description="float8 matmuls in the blocks' Linear layers (torchao; H100/H200): per-tensor or per-row scales"
+    )
     log_every: int = Field(1, gt=0)
     checkpoint_every: int = Field(20, gt=0)
     keep_checkpoints: int = Field(2, gt=0)

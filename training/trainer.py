@@ -14,7 +14,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 
-from training import checkpoint, storage
+from training import checkpoint, fp8, storage
 from training.attention import choose_attention
 from training.config import TrainConfig
 from training.data import MixtureLoader, ValidationSet, read_sources
@@ -215,6 +215,7 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
     model.set_attention(attend)
     num_params = model.num_params()
     mesh = init_device_mesh(device.type, (world,))
+    fp8.convert(model, config.fp8, device)
     parallelize(model, mesh, param_dtype, config.activation_checkpointing, config.compile)
     if device.type == "cuda":
         with torch.no_grad():
