@@ -80,6 +80,7 @@ def test_gpu_check_dry_run_prints_its_plan_without_a_gpu():
                           cwd=Path(__file__).resolve().parents[1], timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "runs: sdpa-flash, sdpa-flash + compile, sdpa-cudnn, sdpa-cudnn + compile" in done.stdout
+    assert "fp8 rowwise vs bf16, fp8 tensorwise vs bf16, FSDP 2 vs TP 2, PP 2" in done.stdout
     assert "load with torch alone" in done.stdout
 
 
