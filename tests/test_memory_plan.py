@@ -68,7 +68,7 @@ def test_the_choice_prefers_data_parallelism_then_tp_inside_a_node_and_says_when
     assert best.layout == Layout(2, 32, 1, 1) and checkpointing and "HSDP" in reason
     best, checkpointing, reason = plan("1b", 2, 24)  # 1b's 4 x 2048 tokens do not fit 24 GiB with FSDP 2, even with AC
     assert best.layout == Layout(1, 1, 2, 1) and checkpointing and "TP 2 inside a node" in reason
-    assert plan("70b", 8, 80) is None  # 16 bytes x 69B / 8 GPUs = 129 GiB each, before activations
+    assert plan("70b", 8, 80) is None  # 16 bytes x 68.98B / 8 GPUs = 128.5 GiB each, before activations
 
 
 @pytest.mark.parametrize(
