@@ -102,7 +102,8 @@ def estimate(config: ModelConfig, layout: Layout, seq_len: int, micro_batch: int
     block_state = matmuls / t + norms
     embeddings = v * h / t
     stages = []
-    for first, last in {(True, layout.pp == 1), (layout.pp == 1, True)}:
+    ends = [(True, True)] if layout.pp == 1 else [(True, False), (False, True)]  # (holds the embeddings, holds the output)
+    for first, last in ends:
         root = (embeddings if first else 0) + ((h + (embeddings if layout.pp > 1 or not config.tie_embeddings else 0)) if last else 0)
         params = blocks * block_state + root
         in_flight = layout.pp if first else 1
