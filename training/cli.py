@@ -196,7 +196,7 @@ def cmd_memory_plan(args) -> int:
     estimates = [mp.estimate(model, layout, config.seq_len, config.micro_batch, param_bytes, args.scores_stored)
                  for layout in mp.layouts(model, args.gpus, args.gpus_per_node)]  # fmt: skip
     console = Console() if sys.stdout.isatty() else Console(width=160)
-    console.print(f"{args.config}: {mp.num_params(model) / 1e9:.3g}B parameters, seq_len {config.seq_len}, micro batch "
+    print(f"{args.config}: {mp.num_params(model) / 1e9:.3g}B parameters, seq_len {config.seq_len}, micro batch "
                   f"{config.micro_batch}, {args.dtype}; {args.gpus} GPUs of {args.gpu_memory:g} GiB ({args.gpus_per_node} per "
                   f"node): {budget / mp.GiB:.1f} GiB usable after {mp.HEADROOM:.0%} headroom (allocator, NCCL). GiB per GPU, "
                   "fullest pipeline stage; AC: full activation checkpointing")  # fmt: skip
@@ -217,7 +217,7 @@ def cmd_memory_plan(args) -> int:
         return 1
     best, checkpointing, reason = chosen
     flags = " ".join(f"--{name.replace('_', '-')} {size}" for name, size in vars(best.layout).items() if size > 1)
-    console.print(f"chosen: {best.layout.describe()}{' + activation checkpointing' if checkpointing else ''} "
+    print(f"chosen: {best.layout.describe()}{' + activation checkpointing' if checkpointing else ''} "
                   f"({best.total(checkpointing) / mp.GiB:.1f} GiB per GPU; train {flags or '(no layout flags)'}): {reason}")  # fmt: skip
     return 0
 
