@@ -86,3 +86,5 @@ def test_train_plan_gpus_prints_each_layout_and_the_choice_or_one_line(args, cod
         assert len(done.stderr.strip().splitlines()) == 1
     if code != 2:
         assert "dp_shard 4 x tp 2" in done.stdout and "total AC" in done.stdout
+    if code == 0:  # the choice and its reason on one line
+        assert any(line.startswith(expected) and line.endswith("no activation recomputation") for line in done.stdout.splitlines())
