@@ -80,6 +80,7 @@ def test_gpu_check_dry_run_prints_its_plan_without_a_gpu():
                           cwd=Path(__file__).resolve().parents[1], timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "runs: sdpa-flash, sdpa-flash + compile, sdpa-cudnn, sdpa-cudnn + compile" in done.stdout
+    assert "fp8 rowwise vs bf16, fp8 tensorwise vs bf16, FSDP 2 vs TP 2, PP 2" in done.stdout
     assert "load with torch alone" in done.stdout
 
 
@@ -555,8 +556,8 @@ def test_a_resume_scored_on_another_held_out_slice_is_refused(three_sources, tmp
 
 
 def test_what_train_can_check_before_launch_fails_in_one_line_before_torchrun(three_sources, tmp_path):
-    """A global batch that does not split over micro-batches x ranks, and an --out that cannot be written, fail in the
-    launcher with one line (exit 2), not in every rank with a torchrun traceback."""
+    """A global batch that does not split over micro-batches x ranks, an --out that cannot be written, and FP8 on a
+    device without it fail in the launcher with one line (exit 2), not in every rank with a torchrun traceback."""
     import subprocess
     import sys
 
@@ -566,6 +567,7 @@ def test_what_train_can_check_before_launch_fails_in_one_line_before_torchrun(th
     for args, message in (
         (["--global-batch", "6", "--out", str(tmp_path / "run")], "global_batch 6 is not a multiple of micro_batch 2 x ranks 2"),
         (["--out", str(tmp_path / "a-file" / "run")], f"train: cannot write into --out {tmp_path / 'a-file' / 'run'}: "),
+        (["--fp8", "rowwise", "--out", str(tmp_path / "fp8")], "train: fp8 rowwise needs a CUDA GPU with FP8 tensor cores"),
     ):
         done = subprocess.run([sys.executable, "-m", "training", "--mixture", path, "--steps", "2", *args], capture_output=True,
                               text=True, timeout=300)  # fmt: skip

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from training import run_lock, storage
+from training import fp8, run_lock, storage
 from training.attention import KERNELS
 from training.config import PP_SCHEDULES
 from training.metrics import SPIKE_POLICIES
@@ -22,7 +22,7 @@ def _parser() -> argparse.ArgumentParser:
         "`train plan --mixture FILE` shows what the mixture asks of each source first.",
     )
     parser.add_argument("--mixture", required=True, help="mixture YAML, e.g. mixtures/web70_code20.yaml")
-    parser.add_argument("--config", default="tiny", help="preset tiny|small|1b, or a YAML file of training settings")
+    parser.add_argument("--config", default="tiny", help="preset tiny|small|1b|7b|70b, or a YAML file of training settings")
     parser.add_argument("--steps", type=int, help="optimizer steps (overrides the config)")
     parser.add_argument("--out", default="runs/train", help="run folder: metrics.jsonl, checkpoints/, lineage.jsonl")
     parser.add_argument("--resume", action="store_true", help="continue from the latest complete checkpoint in --out")
@@ -45,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="on a loss spike: log its documents, skip the update, or rewind to the last checkpoint and "
                         "never train on the offending documents again")  # fmt: skip
     parser.add_argument("--z-loss", type=float, dest="z_loss", help="z-loss weight, e.g. 1e-4 (0: off)")
+    parser.add_argument("--fp8", choices=fp8.RECIPES,
+                        help="float8 matmuls in the blocks (torchao; GPUs with compute capability 8.9+: H100/H200); "
+                        "refused in one line elsewhere")  # fmt: skip
     parser.add_argument("--shuffle-sequences", action="store_true", default=None, dest="shuffle_sequences",
                         help="take each epoch's sequences in a shuffled order, so a batch mixes documents instead of "
                         "the consecutive windows of one long file (small runs are far less noisy; one sequence length)")  # fmt: skip
@@ -63,17 +66,29 @@ def _parser() -> argparse.ArgumentParser:
 def _plan_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="train plan",
-        description="Resolve a mixture against the token shards: tokens available per source (and bucket), tokens each "
-        "phase asks (by default the tokens `train` would run: the config's steps), epochs per source; exits 1 when a "
-        "source would repeat more than its max_epochs.",
-    )
-    parser.add_argument("--mixture", required=True, help="mixture YAML")
+        description="Two plans before any GPU time is spent. With --mixture, the data plan: resolve a mixture against the "
+        "token shards: tokens available per source (and bucket), tokens each phase asks (by default the tokens `train` "
+        "would run: the config's steps), epochs per source; exits 1 when a source would repeat more than its max_epochs. "
+        "With --gpus (and no --mixture), the memory plan: per candidate layout (dp_replicate x dp_shard x tp x pp) the "
+        "parameters, gradients, AdamW states (16 bytes per parameter), FSDP buffers and activations (with and without "
+        "activation checkpointing) per GPU, and the fastest layout that fits; exits 1 when none fits.",
+    )  # fmt: skip
+    parser.add_argument("--mixture", help="mixture YAML: the data plan")
     parser.add_argument("--config", "--model", dest="config", default="tiny",
-                        help="preset tiny|small|1b or a settings YAML, as `train --config` takes it")
+                        help="preset tiny|small|1b|7b|70b or a settings YAML, as `train --config` takes it")
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--steps", type=int, help="the tokens of this many steps (default: the config's steps, as `train` would run)")
     budget.add_argument("--tokens", type=float, help="tokens to train on, e.g. 2e9")
     budget.add_argument("--chinchilla", action="store_true", help="20 tokens per parameter")
+    memory = parser.add_argument_group("memory plan", "with --gpus and no --mixture")
+    memory.add_argument("--gpus", type=int, help="GPUs to plan for: the memory plan")
+    memory.add_argument("--gpu-memory", type=float, default=80, dest="gpu_memory", help="GiB per GPU (default 80)")
+    memory.add_argument("--gpus-per-node", type=int, default=8, dest="gpus_per_node", help="TP stays inside a node (default 8)")
+    memory.add_argument("--seq-len", type=int, dest="seq_len", help="tokens per sequence (default: the config's)")
+    memory.add_argument("--micro-batch", type=int, dest="micro_batch", help="sequences per GPU per forward (default: the config's)")
+    memory.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16", help="parameter and activation dtype (default bf16)")
+    memory.add_argument("--scores-stored", action="store_true", dest="scores_stored",
+                        help="the attention kernel stores the s x s scores (SDPA math): count Korthikanti's 5as/h term")
     return parser
 
 
@@ -108,6 +123,11 @@ def cmd_plan(argv: list[str]) -> int:
     from training.plan import CHINCHILLA_TOKENS_PER_PARAM, over_cap, plan
 
     args = _plan_parser().parse_args(argv)
+    if args.gpus and not args.mixture:
+        return cmd_memory_plan(args)
+    if not args.mixture or args.gpus:
+        print("train plan: give --mixture (the data plan) or --gpus (the memory plan), one of them", file=sys.stderr)
+        return 2
     try:
         mixture = load_mixture(args.mixture)
         config = load_config(args.config, steps=args.steps)
@@ -154,6 +174,54 @@ def cmd_plan(argv: list[str]) -> int:
     return 0
 
 
+def cmd_memory_plan(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from training import memory_plan as mp
+    from training.config import load_config
+    from training.model import MODEL_CONFIGS
+
+    try:
+        config = load_config(args.config, seq_len=args.seq_len, micro_batch=args.micro_batch)
+        model = config.model_config_for(MODEL_CONFIGS[config.model].vocab_size)
+    except ValueError as error:
+        print(f"train plan: {error}", file=sys.stderr)
+        return 2
+    if args.gpus < 1 or args.gpus_per_node < 1 or args.gpu_memory <= 0:
+        print("train plan: --gpus, --gpus-per-node and --gpu-memory are positive", file=sys.stderr)
+        return 2
+    param_bytes = 2 if args.dtype == "bf16" else 4
+    budget = args.gpu_memory * mp.GiB * (1 - mp.HEADROOM)
+    estimates = [mp.estimate(model, layout, config.seq_len, config.micro_batch, param_bytes, args.scores_stored)
+                 for layout in mp.layouts(model, args.gpus, args.gpus_per_node)]  # fmt: skip
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    print(f"{args.config}: {mp.num_params(model) / 1e9:.3g}B parameters, seq_len {config.seq_len}, micro batch "
+                  f"{config.micro_batch}, {args.dtype}; {args.gpus} GPUs of {args.gpu_memory:g} GiB ({args.gpus_per_node} per "
+                  f"node): {budget / mp.GiB:.1f} GiB usable after {mp.HEADROOM:.0%} headroom (allocator, NCCL). GiB per GPU, "
+                  "fullest pipeline stage; AC: full activation checkpointing")  # fmt: skip
+    table = Table()
+    for column in ("layout", "params", "grads", "optimizer", "FSDP buffers", "activations", "act. AC", "total", "total AC", "fits"):
+        table.add_column(column, justify="left" if column in ("layout", "fits") else "right")
+    for e in sorted(estimates, key=lambda e: mp.preference(e, False)):
+        fits = "yes" if e.total(False) <= budget else "with AC" if e.total(True) <= budget else "no"
+        table.add_row(e.layout.describe(), *(f"{value / mp.GiB:.2f}" for value in (e.params, e.grads, e.optimizer, e.gathered,
+                      e.activations, e.activations_ac, e.total(False), e.total(True))), fits)  # fmt: skip
+    console.print(table)
+    chosen = mp.choose(estimates, budget)
+    if chosen is None:
+        least = min(estimates, key=lambda e: e.total(True), default=None)
+        smallest = f"; the smallest is {least.total(True) / mp.GiB:.1f} GiB ({least.layout.describe()}, AC)" if least else ""
+        print(f"train plan: no layout of {args.config} fits {args.gpus} GPUs of {args.gpu_memory:g} GiB{smallest}: more GPUs, "
+              "a shorter --seq-len or a smaller --micro-batch", file=sys.stderr)  # fmt: skip
+        return 1
+    best, checkpointing, reason = chosen
+    flags = " ".join(f"--{name.replace('_', '-')} {size}" for name, size in vars(best.layout).items() if size > 1)
+    print(f"chosen: {best.layout.describe()}{' + activation checkpointing' if checkpointing else ''} "
+                  f"({best.total(checkpointing) / mp.GiB:.1f} GiB per GPU; train {flags or '(no layout flags)'}): {reason}")  # fmt: skip
+    return 0
+
+
 def _vocab_size(mixture) -> int:
     from tokenizers import Tokenizer
 
@@ -169,7 +237,7 @@ def _num_params(config, mixture) -> int:
 
 OVERRIDES = ("steps", "seq_len", "global_batch", "micro_batch", "lr", "dtype", "attention", "checkpoint_every", "lineage_every", "seed",
              "eval_every", "eval_sequences", "spike_policy", "z_loss", "shuffle_sequences", "dp_replicate", "dp_shard", "tp", "pp",
-             "pp_schedule", "pp_microbatches", "cp")  # fmt: skip
+             "pp_schedule", "pp_microbatches", "cp", "fp8")  # fmt: skip
 
 
 VALIDATED = "TRAIN_VALIDATED"  # set by `train` for the ranks it launches, which skip what it checked
@@ -273,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         ranks = args.ranks or config.parallelism.ranks() or torch.cuda.device_count() or 2
         layout = config.parallelism.resolve(ranks if launcher else int(os.environ["WORLD_SIZE"]))
         if os.environ.get(VALIDATED) != "1":  # the ranks our own launch starts skip what it checked
+            fp8.check(config.fp8, torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu"))
             shards = _check_data(args, mixture, config, layout)
             lock = _lock(out) if speaker else None
             previous, state = _check_resume(args, mixture, config, shards)

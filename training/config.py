@@ -8,6 +8,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from training.attention import KERNELS
+from training.fp8 import RECIPES as FP8_RECIPES
 from training.metrics import SPIKE_POLICIES
 from training.mixture import PhaseShape
 from training.model import MODEL_CONFIGS, ModelConfig
@@ -86,6 +87,9 @@ class TrainConfig(BaseModel):
     )
     activation_checkpointing: bool = False
     compile: bool = False
+    fp8: Literal[FP8_RECIPES] = Field(
+        "off", description="float8 matmuls in the blocks' Linear layers (torchao; H100/H200): per-tensor or per-row scales"
+    )
     log_every: int = Field(1, gt=0)
     checkpoint_every: int = Field(20, gt=0)
     keep_checkpoints: int = Field(2, gt=0)
@@ -126,11 +130,16 @@ PRESETS = {
     "small": {"model": "small", "seq_len": 1024, "global_batch": 64, "micro_batch": 8, "lr": 1e-3, "min_lr": 1e-4, "warmup": 200},
     "1b": {"model": "1b", "seq_len": 2048, "global_batch": 256, "micro_batch": 4, "lr": 4e-4, "min_lr": 4e-5, "warmup": 2000,
            "activation_checkpointing": True},
+    # Llama 2's batch of about 4M tokens, lr and schedule (Touvron et al. 2023); see `train plan --model 7b --gpus N`
+    "7b": {"model": "7b", "seq_len": 4096, "global_batch": 1024, "micro_batch": 1, "lr": 3e-4, "min_lr": 3e-5, "warmup": 2000,
+           "activation_checkpointing": True},
+    "70b": {"model": "70b", "seq_len": 4096, "global_batch": 1024, "micro_batch": 1, "lr": 1.5e-4, "min_lr": 1.5e-5,
+            "warmup": 2000, "activation_checkpointing": True},
 }  # fmt: skip
 
 
 def load_config(name_or_path: str, **overrides) -> TrainConfig:
-    """A preset name (tiny|tiny-untied|small|1b) or a YAML file of TrainConfig fields; CLI overrides win."""
+    """A preset name (tiny|tiny-untied|small|1b|7b|70b) or a YAML file of TrainConfig fields; CLI overrides win."""
     if name_or_path in PRESETS:
         data = dict(PRESETS[name_or_path])
     else:

@@ -37,6 +37,11 @@ MODEL_CONFIGS = {
     "tiny": ModelConfig(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_hidden=688, max_seq_len=256),
     "small": ModelConfig(dim=768, n_layers=12, n_heads=12, n_kv_heads=4, ffn_hidden=2048, max_seq_len=1024, vocab_size=32768),
     "1b": ModelConfig(dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, ffn_hidden=8192, max_seq_len=2048, vocab_size=128256),
+    # Llama 2's shapes (untied embeddings), for `train plan` and runs on many GPUs
+    "7b": ModelConfig(dim=4096, n_layers=32, n_heads=32, n_kv_heads=32, ffn_hidden=11008, max_seq_len=4096, vocab_size=32000,
+                      tie_embeddings=False),
+    "70b": ModelConfig(dim=8192, n_layers=80, n_heads=64, n_kv_heads=8, ffn_hidden=28672, max_seq_len=4096, vocab_size=32000,
+                       tie_embeddings=False),
 }
 
 

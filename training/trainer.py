@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from training import checkpoint, storage
+from training import checkpoint, fp8, storage
 from training.attention import choose_attention
 from training.config import TrainConfig
 from training.data import MixtureLoader, ValidationSet, read_sources
@@ -263,6 +263,7 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
     model.set_attention(attend)
     num_params = model.num_params()
     check_layout(layout, model_config)
+    fp8.convert(model, config.fp8, device)
     if layout.pp > 1:
         split(model, meshes.pp.get_local_rank(), layout.pp)
     parallelize(model, meshes.tp, meshes.fsdp, param_dtype, config.activation_checkpointing, config.compile)
