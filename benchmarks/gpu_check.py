@@ -52,7 +52,7 @@ def measure(kernel: str, compiled: bool, recipe: str, args, mesh, device) -> dic
         model = Transformer(config)
     model.set_attention(attend)
     fp8.convert(model, recipe, device)
-    parallelize(model, mesh, torch.bfloat16, activation_checkpointing=args.ac, compile_blocks=compiled)
+    parallelize(model, None, mesh, torch.bfloat16, activation_checkpointing=args.ac, compile_blocks=compiled)
     with torch.no_grad():
         model.init_weights(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)

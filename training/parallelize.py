@@ -1,6 +1,8 @@
 """Apply TP (+ sequence parallel) -> activation checkpointing -> torch.compile -> FSDP2 / HSDP, in that order
 (torchtitan's parallelize_llama, on one screen). The pipeline split, when there is one, happens before (pipeline.py)."""
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.device_mesh import DeviceMesh
@@ -14,11 +16,13 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from training.config import Parallelism
 from training.model import ModelConfig, Transformer
 
+if TYPE_CHECKING:  # the lent GPU machine has no pydantic: benchmarks/gpu_check.py imports this module without it
+    from training.config import Parallelism
 
-def check_layout(layout: Parallelism, config: ModelConfig) -> None:
+
+def check_layout(layout: "Parallelism", config: ModelConfig) -> None:
     """What a layout cannot do with a model, as one line, before any rank starts."""
     if config.n_kv_heads % layout.tp or config.n_heads % layout.tp:
         raise ValueError(f"parallelism.tp {layout.tp} does not divide the model's {config.n_heads} query and "
