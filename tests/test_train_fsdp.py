@@ -4,6 +4,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -503,6 +504,32 @@ def test_resume_says_where_it_starts_and_a_finished_run_says_so(workdir):
     assert seed.returncode == 2 and seed.stderr.strip() == (
         "train: fresh/checkpoints/step-00000002: the run was trained with --seed 0, not 7: resume with --seed 0, or start a "
         "new --out"), seed.stderr
+
+
+def test_a_rank_killed_between_checkpoints_restarts_every_rank_from_the_last_one_with_the_same_losses(workdir, phased_run, cleanup):
+    """`train --max-restarts 3`: rank 1 SIGKILLed after step 6 (checkpoints at 4 and 8) makes `train` start every
+    rank again from the last complete checkpoint, with one line saying so; the job exits 0 and every step's loss is
+    the uninterrupted run's (the replayed steps' records come again in metrics.jsonl and the last counts)."""
+    import psutil
+
+    out = workdir / "restarted"
+    cleanup.append(out)
+    process = subprocess.Popen([sys.executable, "-m", *PHASED, "--out", out.name, "--max-restarts", "3"], cwd=workdir,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    wait_for(lambda: (out / "metrics.jsonl").is_file() and '"step": 6,' in (out / "metrics.jsonl").read_text(), process, "step 6")
+    (rank_1,) = [rank for rank in psutil.Process(process.pid).children() if rank.environ().get("RANK") == "1"]
+    rank_1.send_signal(signal.SIGKILL)
+    printed, error = process.communicate(timeout=900)
+    assert process.returncode == 0, error[-3000:]
+    restarts = [line for line in (printed + error).splitlines() if "restart" in line]
+    print("\n" + "\n".join(restarts))
+    assert len(restarts) == 1 and "Traceback" not in error, printed + error  # once, not per rank; no rank's traceback
+    step, checkpoint = re.fullmatch(r"train: rank 1 was killed by SIGKILL at step ~(\d+); restart 1 of 3 from (step-\d{8})",
+                                    restarts[0]).groups()  # fmt: skip
+    assert int(step) >= 7 and checkpoint in ("step-00000004", "step-00000008") and f"resumed from {checkpoint}" in printed
+    assert (out / "metrics.jsonl").read_text().count("\n") > 12  # the steps after the checkpoint, logged twice
+    assert losses(out) == losses(phased_run) and sorted(losses(out)) == list(range(1, 13))
+    assert not writers(out) and not (out / "train.lock").exists()
 
 
 def test_a_full_disk_at_a_checkpoint_is_one_line_and_leaves_no_tmp(workdir):
