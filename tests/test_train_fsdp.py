@@ -441,7 +441,7 @@ def writers(out: Path) -> list:
 def test_killing_train_kills_its_ranks_and_one_writer_holds_a_run_folder(workdir, cleanup):
     """kill -9 of `train`'s process group mid-run stops every rank within seconds (torchrun starts them in sessions of
     their own); while a run trains, a second `train` into its folder is refused in one line; the killed run's lock is
-    stale and a --resume takes it over; Ctrl-C stops a run with one line."""
+    stale and a --resume takes it over; Ctrl-C stops a run with one line, and --max-restarts does not restart it."""
     import psutil
 
     (workdir / "endless.yaml").write_text("name: endless\nsources:\n  web: {paths: ['curated/tokens/part-*.parquet'], max_epochs: 1000}\n")
@@ -475,7 +475,7 @@ def test_killing_train_kills_its_ranks_and_one_writer_holds_a_run_folder(workdir
     assert max(checkpoint_steps(out)) == reached + 1 and not (out / "train.lock").exists()
 
     logged = (out / "metrics.jsonl").read_text().count("\n")
-    interrupted = start_in_own_session(workdir, "--steps", "1000", "--out", out.name, "--resume")
+    interrupted = start_in_own_session(workdir, "--steps", "1000", "--out", out.name, "--resume", "--max-restarts", "2")
     wait_for(lambda: (out / "metrics.jsonl").read_text().count("\n") > logged, interrupted, "a step")
     ranks = psutil.Process(interrupted.pid).children(recursive=True)
     os.killpg(interrupted.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the foreground process group
@@ -534,10 +534,11 @@ def test_a_rank_killed_between_checkpoints_restarts_every_rank_from_the_last_one
 
 def test_a_full_disk_at_a_checkpoint_is_one_line_and_leaves_no_tmp(workdir):
     """On a real 16 MiB filesystem (a tmpfs, mounted in a mount namespace of its own) the first checkpoint (40 MB)
-    fills the disk: one line names it, with the path and the free space, exit 1, and no step-N.tmp is left."""
+    fills the disk: one line names it, with the path and the free space, exit 1, and no step-N.tmp is left; with
+    --max-restarts the reported error is not retried."""
     if not shutil.which("unshare"):
         pytest.skip("unshare (util-linux) is needed to mount a small tmpfs")
-    train = " ".join(train_command("--steps", "4", "--checkpoint-every", "2", "--out", "small/run"))
+    train = " ".join(train_command("--steps", "4", "--checkpoint-every", "2", "--out", "small/run", "--max-restarts", "2"))
     script = f"mkdir -p small && mount -t tmpfs -o size=16M tmpfs small || exit 0; {train}; echo exit=$?; find small | sort"
     done = subprocess.run(["unshare", "--mount", "--map-root-user", "sh", "-c", script], cwd=workdir, capture_output=True,
                           text=True, timeout=600)  # fmt: skip

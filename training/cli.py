@@ -30,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-restarts", type=int, default=0, dest="max_restarts",
                         help="when a rank dies without saying why (killed, a crash), start every rank again from the last "
                         "complete checkpoint, up to N times (default 0); a reported error (a full disk) is not retried. Under a "
-                        "torchrun you start yourself, give torchrun --max-restarts: its restarted ranks resume by themselves")  # fmt: skip
+                        "torchrun you start yourself, give torchrun --max-restarts N and train --resume instead (README)")  # fmt: skip
     parser.add_argument("--seq-len", type=int, dest="seq_len")
     parser.add_argument("--global-batch", type=int, dest="global_batch", help="sequences per step over all ranks")
     parser.add_argument("--micro-batch", type=int, dest="micro_batch", help="sequences per rank per forward")
@@ -260,7 +260,6 @@ def main(argv: list[str] | None = None) -> int:
     if not launcher:
         tie_to_launcher()
     args = _parser().parse_args(argv)
-    args.resume = args.resume or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"  # under torchrun --max-restarts
     speaker = launcher or os.environ.get("RANK") == "0"  # the one process that holds the lock and prints notes
     out, lock = Path(args.out), None
     try:

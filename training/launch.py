@@ -32,8 +32,9 @@ _PR_SET_PDEATHSIG = 1
 def launch(argv: list[str], ranks: int, out: Path, max_restarts: int = 0) -> int:
     """Run `python -m training ARGV` on `ranks` local ranks under torchrun's agent, in this process; the exit code.
     When a rank dies without saying why (killed, a crash), all of them run again with --resume, up to `max_restarts`
-    times. torchrun's own --max-restarts would retry a reported error (a full disk) as well and could not say which
-    rank died, so the agent runs once per attempt and this loop decides."""
+    times. torchrun's own --max-restarts would retry a reported error (a full disk) too, could not say which rank
+    died, and its restarted ranks hang in init_process_group on the store it shares with them (torch 2.13, gloo;
+    pytorch#135712): so the agent runs once per attempt, on a store of its own, and this loop decides."""
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
