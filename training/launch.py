@@ -69,11 +69,13 @@ def launch(argv: list[str], ranks: int, out: Path, max_restarts: int = 0) -> int
 def _unreported_death(failures: dict) -> str | None:
     """'rank R was killed by SIGNAL' (or 'failed (exit code N)') for the first rank that ended without its own error
     line; None when every failed rank printed one or was only stopped (SIGTERM)."""
-    unreported = {rank: failure.exitcode for rank, failure in failures.items() if failure.exitcode not in (REPORTED, -signal.SIGTERM)}
+    unreported = {rank: failure.exitcode for rank, failure in failures.items()
+                  if failure.exitcode not in (REPORTED, -signal.SIGTERM)}  # fmt: skip
     if not unreported:
         return None
     rank, code = min(unreported.items(), key=lambda item: (item[1] >= 0, item[0]))  # a killed rank before its peers' errors
-    return f"rank {rank} was killed by {signal.Signals(-code).name}" if code < 0 else f"rank {rank} failed (exit code {code}): its error is above"
+    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"failed (exit code {code}): its error is above"
+    return f"rank {rank} {how}"
 
 
 def _last_logged_step(out: Path) -> int:
