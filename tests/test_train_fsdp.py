@@ -4,6 +4,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -416,7 +417,7 @@ def writers(out: Path) -> list:
 def test_killing_train_kills_its_ranks_and_one_writer_holds_a_run_folder(workdir, cleanup):
     """kill -9 of `train`'s process group mid-run stops every rank within seconds (torchrun starts them in sessions of
     their own); while a run trains, a second `train` into its folder is refused in one line; the killed run's lock is
-    stale and a --resume takes it over; Ctrl-C stops a run with one line."""
+    stale and a --resume takes it over; Ctrl-C stops a run with one line, and --max-restarts does not restart it."""
     import psutil
 
     (workdir / "endless.yaml").write_text("name: endless\nsources:\n  web: {paths: ['curated/tokens/part-*.parquet'], max_epochs: 1000}\n")
@@ -450,7 +451,7 @@ def test_killing_train_kills_its_ranks_and_one_writer_holds_a_run_folder(workdir
     assert max(checkpoint_steps(out)) == reached + 1 and not (out / "train.lock").exists()
 
     logged = (out / "metrics.jsonl").read_text().count("\n")
-    interrupted = start_in_own_session(workdir, "--steps", "1000", "--out", out.name, "--resume")
+    interrupted = start_in_own_session(workdir, "--steps", "1000", "--out", out.name, "--resume", "--max-restarts", "2")
     wait_for(lambda: (out / "metrics.jsonl").read_text().count("\n") > logged, interrupted, "a step")
     ranks = psutil.Process(interrupted.pid).children(recursive=True)
     os.killpg(interrupted.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the foreground process group
@@ -481,12 +482,39 @@ def test_resume_says_where_it_starts_and_a_finished_run_says_so(workdir):
         "new --out"), seed.stderr
 
 
+def test_a_rank_killed_between_checkpoints_restarts_every_rank_from_the_last_one_with_the_same_losses(workdir, phased_run, cleanup):
+    """`train --max-restarts 3`: rank 1 SIGKILLed after step 6 (checkpoints at 4 and 8) makes `train` start every
+    rank again from the last complete checkpoint, with one line saying so; the job exits 0 and every step's loss is
+    the uninterrupted run's (the replayed steps' records come again in metrics.jsonl and the last counts)."""
+    import psutil
+
+    out = workdir / "restarted"
+    cleanup.append(out)
+    process = subprocess.Popen([sys.executable, "-m", *PHASED, "--out", out.name, "--max-restarts", "3"], cwd=workdir,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    wait_for(lambda: (out / "metrics.jsonl").is_file() and '"step": 6,' in (out / "metrics.jsonl").read_text(), process, "step 6")
+    (rank_1,) = [rank for rank in psutil.Process(process.pid).children() if rank.environ().get("RANK") == "1"]
+    rank_1.send_signal(signal.SIGKILL)
+    printed, error = process.communicate(timeout=900)
+    assert process.returncode == 0, error[-3000:]
+    restarts = [line for line in (printed + error).splitlines() if line.startswith("train: ") and "restart" in line]
+    print("\n" + "\n".join(restarts))
+    assert len(restarts) == 1 and "Traceback" not in error, printed + error  # once, not per rank; no rank's traceback
+    step, checkpoint = re.fullmatch(r"train: rank 1 was killed by SIGKILL at step ~(\d+); restart 1 of 3 from (step-\d{8})",
+                                    restarts[0]).groups()  # fmt: skip
+    assert int(step) >= 7 and checkpoint in ("step-00000004", "step-00000008") and f"resumed from {checkpoint}" in printed
+    assert (out / "metrics.jsonl").read_text().count("\n") > 12  # the steps after the checkpoint, logged twice
+    assert losses(out) == losses(phased_run) and sorted(losses(out)) == list(range(1, 13))
+    assert not writers(out) and not (out / "train.lock").exists()
+
+
 def test_a_full_disk_at_a_checkpoint_is_one_line_and_leaves_no_tmp(workdir):
     """On a real 16 MiB filesystem (a tmpfs, mounted in a mount namespace of its own) the first checkpoint (40 MB)
-    fills the disk: one line names it, with the path and the free space, exit 1, and no step-N.tmp is left."""
+    fills the disk: one line names it, with the path and the free space, exit 1, and no step-N.tmp is left; with
+    --max-restarts the reported error is not retried."""
     if not shutil.which("unshare"):
         pytest.skip("unshare (util-linux) is needed to mount a small tmpfs")
-    train = " ".join(train_command("--steps", "4", "--checkpoint-every", "2", "--out", "small/run"))
+    train = " ".join(train_command("--steps", "4", "--checkpoint-every", "2", "--out", "small/run", "--max-restarts", "2"))
     script = f"mkdir -p small && mount -t tmpfs -o size=16M tmpfs small || exit 0; {train}; echo exit=$?; find small | sort"
     done = subprocess.run(["unshare", "--mount", "--map-root-user", "sh", "-c", script], cwd=workdir, capture_output=True,
                           text=True, timeout=600)  # fmt: skip

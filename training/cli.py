@@ -27,6 +27,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default="runs/train", help="run folder: metrics.jsonl, checkpoints/, lineage.jsonl")
     parser.add_argument("--resume", action="store_true", help="continue from the latest complete checkpoint in --out")
     parser.add_argument("--ranks", type=int, help="processes to launch on this machine (default: GPUs, else 2)")
+    parser.add_argument("--max-restarts", type=int, default=0, dest="max_restarts",
+                        help="when a rank dies without saying why (killed, a crash), start every rank again from the last "
+                        "complete checkpoint, up to N times (default 0); a reported error (a full disk) is not retried. Under a "
+                        "torchrun you start yourself, give torchrun --max-restarts N and train --resume instead (README)")  # fmt: skip
     parser.add_argument("--seq-len", type=int, dest="seq_len")
     parser.add_argument("--global-batch", type=int, dest="global_batch", help="sequences per step over all ranks")
     parser.add_argument("--micro-batch", type=int, dest="micro_batch", help="sequences per rank per forward")
@@ -336,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     speaker = launcher or os.environ.get("RANK") == "0"  # the one process that holds the lock and prints notes
     out, lock = Path(args.out), None
     try:
+        if args.max_restarts < 0:
+            raise ValueError(f"--max-restarts {args.max_restarts}: give 0 (no restarts) or more")
         mixture = load_mixture(args.mixture)
         config = load_config(args.config, **{k: getattr(args, k) for k in OVERRIDES})
         ranks = args.ranks or config.parallelism.ranks() or torch.cuda.device_count() or 2
@@ -360,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     if launcher:
         os.environ[VALIDATED] = "1"
         try:
-            return launch(argv, ranks)
+            return launch(argv, ranks, out, args.max_restarts)
         finally:
             run_lock.release(lock)
     from training.trainer import train

@@ -5,47 +5,96 @@ and writing checkpoints. Here torchrun's agent runs inside `train` itself, and e
 SIGKILL it when its parent (the agent) dies, so whatever stops `train`, SIGKILL included, stops every rank. Ctrl-C
 (or SIGTERM) stops the ranks and prints one line. A rank that fails for a reason it can name (a full disk) prints one
 line and exits REPORTED, which the launcher does not repeat; torchrun's own logging and error report stay quiet.
+With --max-restarts N, ranks that die otherwise (a SIGKILL, a crash) are all started again from the last complete
+checkpoint, with one line per restart.
 """
 
 import ctypes
 import errno
+import json
 import logging
 import os
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 LAUNCHER_PID = "TRAIN_LAUNCHER_PID"  # set by `train` for the ranks it launches
 REPORTED = 3  # a rank's exit code once it printed its one-line error
+# a collective fails on every rank when one dies: the agent stops the others (SIGTERM) within this many seconds, so
+# only the dead one is named, not their tracebacks
+PEER_GRACE_S = 3
 _PR_SET_PDEATHSIG = 1
 
 
-def launch(argv: list[str], ranks: int) -> int:
-    """Run `python -m training ARGV` on `ranks` local ranks under torchrun's agent, in this process; the exit code."""
+def launch(argv: list[str], ranks: int, out: Path, max_restarts: int = 0) -> int:
+    """Run `python -m training ARGV` on `ranks` local ranks under torchrun's agent, in this process; the exit code.
+    When a rank dies without saying why (killed, a crash), all of them run again with --resume, up to `max_restarts`
+    times. torchrun's own --max-restarts would retry a reported error (a full disk) too, could not say which rank
+    died, and its restarted ranks hang in init_process_group on the store it shares with them (torch 2.13, gloo;
+    pytorch#135712): so the agent runs once per attempt, on a store of its own, and this loop decides."""
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     logging.disable(logging.CRITICAL)  # torchrun's notes and error report: this process says what it has to with print
     os.environ[LAUNCHER_PID] = str(os.getpid())
-    args = torchrun.get_args_parser().parse_args(["--standalone", f"--nproc-per-node={ranks}", "-m", "training", *argv])
+    restarts = 0
     try:
-        torchrun.run(args)
+        while True:
+            command = [*argv, "--resume"] if restarts else argv
+            try:
+                torchrun.run(torchrun.get_args_parser().parse_args(["--standalone", f"--nproc-per-node={ranks}", "-m",
+                                                                     "training", *command]))  # fmt: skip
+                return 0
+            except ChildFailedError as failed:
+                death = _unreported_death(failed.failures)
+                reported = any(failure.exitcode == REPORTED for failure in failed.failures.values())  # would only recur
+                if death is None or reported or restarts == max_restarts:
+                    if death:
+                        spent = f"; no restarts left (--max-restarts {max_restarts})" if max_restarts and not reported else ""
+                        print(f"train: {death}{spent}", file=sys.stderr)
+                    return 1
+                restarts += 1
+                print(f"train: {death} at step ~{_last_logged_step(out) + 1}; restart {restarts} of {max_restarts} from "
+                      f"{_restart_point(out)}", file=sys.stderr)  # fmt: skip
     except (SignalException, KeyboardInterrupt) as stop:
         number = getattr(stop, "sigval", signal.SIGINT)
         print(f"train: stopped by {signal.Signals(number).name}; every rank has ended: continue with --resume", file=sys.stderr)
         return 128 + number
-    except ChildFailedError as failed:
-        unreported = {rank: failure.exitcode for rank, failure in failed.failures.items()
-                      if failure.exitcode not in (REPORTED, -signal.SIGTERM)}  # fmt: skip
-        if unreported:
-            rank, code = min(unreported.items())
-            how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"failed (exit code {code}): its error is above"
-            print(f"train: rank {rank} {how}", file=sys.stderr)
-        return 1
-    return 0
+
+
+def _unreported_death(failures: dict) -> str | None:
+    """'rank R was killed by SIGNAL' (or 'failed (exit code N)') for the first rank that ended without its own error
+    line; None when every failed rank printed one or was only stopped (SIGTERM)."""
+    unreported = {rank: failure.exitcode for rank, failure in failures.items()
+                  if failure.exitcode not in (REPORTED, -signal.SIGTERM)}  # fmt: skip
+    if not unreported:
+        return None
+    rank, code = min(unreported.items(), key=lambda item: (item[1] >= 0, item[0]))  # a killed rank before its peers' errors
+    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"failed (exit code {code}): its error is above"
+    return f"rank {rank} {how}"
+
+
+def _last_logged_step(out: Path) -> int:
+    """The step of the last line of OUT/metrics.jsonl (0 before any): the ranks died in the step after it, or a few
+    later when steps are logged every few."""
+    from training.metrics import METRICS_FILE
+
+    try:
+        lines = (out / METRICS_FILE).read_text().splitlines()
+        return json.loads(lines[-1])["step"] if lines else 0
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def _restart_point(out: Path) -> str:
+    from training import checkpoint
+
+    latest = checkpoint.latest(out / "checkpoints")
+    return latest.name if latest else "step 0"
 
 
 def tie_to_launcher() -> None:
@@ -93,4 +142,8 @@ def run_rank(train: Callable[[], None]) -> int:
         if os.environ.get("RANK", "0") == "0" or not isinstance(error, CheckpointError):
             print(f"train: {error_line(error)}", file=sys.stderr)
         return REPORTED
+    except RuntimeError:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            time.sleep(PEER_GRACE_S)  # see PEER_GRACE_S: a rank that outlives it has an error of its own
+        raise
     return 0
