@@ -16,8 +16,9 @@ Activations per block, Korthikanti et al. 2022 (Reducing Activation Recomputatio
 the stored s x s attention scores: the trainer's kernels (FlashAttention, SDPA flash/cuDNN, SDPA's CPU flash kernel)
 never store them, so it is counted only with `scores_stored`. Full activation checkpointing keeps each block's input,
 2 s b h / t, plus one block's working set while it is recomputed. Outside the blocks: the final norm's and output
-layer's inputs (4 s b h / t) and the loss's 16 s b v / t bytes (fp32 logits kept, the log-softmax saved, and their two
-fp32 gradients at the start of backward; measured, see benchmarks/memory_plan_vs_measured.py). With PP (1F1B) the
+layer's inputs (4 s b h / t) and the loss's 16 s b v bytes (fp32 logits kept, the log-softmax saved, and their two
+fp32 gradients at the start of backward; measured, see benchmarks/memory_plan_vs_measured.py), not divided by t: the
+trainer gathers the logits whole on every tensor-parallel rank for its per-token, per-source loss accounting. With PP (1F1B) the
 first stage holds pp micro-batches in flight, the last one holds one and the logits.
 """
 
@@ -107,7 +108,7 @@ def estimate(config: ModelConfig, layout: Layout, seq_len: int, micro_batch: int
         root = (embeddings if first else 0) + ((h + (embeddings if layout.pp > 1 or not config.tie_embeddings else 0)) if last else 0)
         params = blocks * block_state + root
         in_flight = layout.pp if first else 1
-        outside = (4 * s * b * h / t * scale + 16 * s * b * v / t) if last else 0
+        outside = (4 * s * b * h / t * scale + 16 * s * b * v) if last else 0  # logits whole on each tp rank
         kept = in_flight * blocks * per_block + outside
         kept_ac = in_flight * blocks * 2 * s * b * h / t * scale + per_block + outside
         stage = Estimate(layout, *(params * size / layout.dp_shard for size in STATE_BYTES.values()),
