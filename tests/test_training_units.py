@@ -556,8 +556,9 @@ def test_a_resume_scored_on_another_held_out_slice_is_refused(three_sources, tmp
 
 
 def test_what_train_can_check_before_launch_fails_in_one_line_before_torchrun(three_sources, tmp_path):
-    """A global batch that does not split over micro-batches x ranks, an --out that cannot be written, and FP8 on a
-    device without it fail in the launcher with one line (exit 2), not in every rank with a torchrun traceback."""
+    """A global batch that does not split over micro-batches x ranks, an --out that cannot be written, FP8 on a device
+    without it, and a parallel layout the model or the ranks cannot take fail in the launcher with one line (exit 2),
+    not in every rank with a torchrun traceback."""
     import subprocess
     import sys
 
@@ -568,6 +569,11 @@ def test_what_train_can_check_before_launch_fails_in_one_line_before_torchrun(th
         (["--global-batch", "6", "--out", str(tmp_path / "run")], "global_batch 6 is not a multiple of micro_batch 2 x ranks 2"),
         (["--out", str(tmp_path / "a-file" / "run")], f"train: cannot write into --out {tmp_path / 'a-file' / 'run'}: "),
         (["--fp8", "rowwise", "--out", str(tmp_path / "fp8")], "train: fp8 rowwise needs a CUDA GPU with FP8 tensor cores"),
+        (["--tp", "4"], "train: parallelism.tp 4 does not divide the model's 4 query and 2 key/value heads"),
+        (["--pp", "2"], "train: parallelism.pp > 1 needs untied embeddings (--config tiny-untied"),
+        (["--config", "tiny-untied", "--pp", "2", "--pp-microbatches", "3"], "parallelism.pp_microbatches 3 does not split the 8"),
+        (["--dp-shard", "3", "--ranks", "2"], "does not make the 2 ranks launched"),
+        (["--cp", "2"], "train: parallelism.cp > 1: context parallelism is not built yet"),
     ):
         done = subprocess.run([sys.executable, "-m", "training", "--mixture", path, "--steps", "2", *args], capture_output=True,
                               text=True, timeout=300)  # fmt: skip

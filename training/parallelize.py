@@ -27,9 +27,8 @@ def check_layout(layout: "Parallelism", config: ModelConfig) -> None:
     if config.n_kv_heads % layout.tp or config.n_heads % layout.tp:
         raise ValueError(f"parallelism.tp {layout.tp} does not divide the model's {config.n_heads} query and "
                          f"{config.n_kv_heads} key/value heads: each tensor-parallel rank needs whole heads (GQA)")  # fmt: skip
-    if config.ffn_hidden % layout.tp or config.vocab_size % layout.tp:
-        raise ValueError(f"parallelism.tp {layout.tp} does not divide ffn_hidden {config.ffn_hidden} and vocab_size "
-                         f"{config.vocab_size}")  # fmt: skip
+    if config.ffn_hidden % layout.tp:  # the vocabulary may split unevenly (DTensor pads it); the FFN is kept even
+        raise ValueError(f"parallelism.tp {layout.tp} does not divide the model's ffn_hidden {config.ffn_hidden}")
     if layout.pp > config.n_layers:
         raise ValueError(f"parallelism.pp {layout.pp} is more stages than the model's {config.n_layers} layers")
     if layout.pp > 1 and config.tie_embeddings:
