@@ -68,20 +68,20 @@ def _token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 class Objective:
     """The loss a micro-batch's backward starts from (mean token loss, plus PaLM's z-loss when weighted), keeping
-    each micro-batch's per-token losses and z-loss sum for the step's accounting; called by the trainer, or by the
-    pipeline schedule on the last stage."""
+    each call's per-token losses and z-loss sum for the step's accounting; called by the trainer, or by the pipeline
+    schedule on the last stage."""
 
     def __init__(self, z_loss: float):
-        self.z_loss, self.token_losses, self.z_sum = z_loss, [], 0.0
+        self.z_loss, self.calls = z_loss, []
 
     def __call__(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         token_loss = _token_loss(logits, targets)
-        objective = token_loss.mean()
+        objective, z_sum = token_loss.mean(), torch.zeros((), dtype=torch.float64, device=logits.device)
         if self.z_loss:  # keeps the softmax normalizer near 1, against logit drift in bf16
             log_z_squared = torch.logsumexp(logits.float(), dim=-1).pow(2)
             objective = objective + self.z_loss * log_z_squared.mean()
-            self.z_sum += log_z_squared.detach().sum().double()
-        self.token_losses.append(token_loss.detach())
+            z_sum = log_z_squared.detach().sum().double()
+        self.calls.append((token_loss.detach(), z_sum))
         return objective
 
 
@@ -90,7 +90,7 @@ def forward_backward(model, pipeline: Pipeline | None, batches, sources: int, de
     """Forward and backward over the step's micro-batches (`count` of them through the pipeline). Returns, summed over
     all ranks, the per-source loss sums, the per-source token counts and the z-loss sum; and this data-parallel
     rank's mean loss per sequence, in plan order (zeros on the ranks that do not own the loss)."""
-    objective.token_losses, objective.z_sum = [], 0.0
+    objective.calls = []
     if pipeline:
         pipeline.step(torch.cat([b.inputs for b in batches]), torch.cat([b.targets for b in batches]), count)
     else:
@@ -99,9 +99,10 @@ def forward_backward(model, pipeline: Pipeline | None, batches, sources: int, de
     sums = torch.zeros(2 * sources + 1, dtype=torch.float64, device=device)
     per_sequence = torch.zeros(sum(len(b.sources) for b in batches), device=device)
     if meshes.owns_loss:
-        token_loss = torch.cat(objective.token_losses[-len(batches) if pipeline is None else -count :])
+        calls = objective.calls[-(count if pipeline else len(batches)) :]  # a schedule's first step adds a placeholder call
+        token_loss = torch.cat([losses for losses, _ in calls])
         _accumulate(sums, sources, token_loss, torch.cat([b.sources for b in batches]).to(device))
-        sums[-1] += objective.z_sum
+        sums[-1] += sum(z_sum for _, z_sum in calls)
         per_sequence = token_loss.mean(dim=1)
     dist.all_reduce(sums)
     return sums, per_sequence
