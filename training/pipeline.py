@@ -89,14 +89,13 @@ class Pipeline:
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor | None:
         """Logits on the last stage (None elsewhere), handing hidden states on from stage to stage."""
-        rank = lambda stage: dist.get_global_rank(self.group, stage)  # noqa: E731
         if self.first:
             hidden = self.model(inputs.to(self.device))
         else:
             hidden = self._hidden(*inputs.shape)
-            dist.recv(hidden, src=rank(self.stage - 1))
+            dist.recv(hidden, src=dist.get_global_rank(self.group, self.stage - 1))
             hidden = self.model(hidden)
         if self.last:
             return hidden
-        dist.send(hidden.contiguous(), dst=rank(self.stage + 1))
+        dist.send(hidden.contiguous(), dst=dist.get_global_rank(self.group, self.stage + 1))
         return None
