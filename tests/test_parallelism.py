@@ -11,18 +11,20 @@ from safetensors.torch import load_file
 
 from tests.conftest import run
 from training import metrics
+from training.export import export
 
 pytestmark = pytest.mark.slow
 STEPS = 10
 TOLERANCE = 1e-5  # relative, per step: fp32 sums taken in another order (sharded reductions, split matmuls)
 # untied embeddings: with a pipeline the embedding and the output layer live on different stages
 SETTINGS = ("seq_len: 32\nglobal_batch: 8\nmicro_batch: 2\nwarmup: 2\ndtype: fp32\nlog_every: 1\nkeep_checkpoints: 10\n"
-            "checkpoint_every: 3\neval_every: 5\nmodel_overrides: {tie_embeddings: false}\n")  # fmt: skip
+            "checkpoint_every: 10\neval_every: 5\nmodel_overrides: {tie_embeddings: false}\n")  # fmt: skip
+EVERY_3 = ["--checkpoint-every", "3"]  # the runs a resume starts from keep steps 3, 6 and 9
 LAYOUTS = {
     "FSDP 2": ["--dp-shard", "2"],
     "HSDP 2x2": ["--dp-replicate", "2", "--dp-shard", "2"],
     "TP 2": ["--tp", "2"],
-    "FSDP 2 x TP 2": ["--dp-shard", "2", "--tp", "2"],
+    "FSDP 2 x TP 2": ["--dp-shard", "2", "--tp", "2", *EVERY_3],
     "PP 2 1F1B": ["--pp", "2", "--pp-schedule", "1F1B"],
     "PP 2 GPipe": ["--pp", "2", "--pp-schedule", "GPipe"],
     "FSDP 2 x PP 2": ["--dp-shard", "2", "--pp", "2"],
@@ -87,7 +89,7 @@ def test_a_checkpoint_resumes_on_other_layouts_and_exports_from_any(train, workd
     resume trains the uninterrupted single-rank losses. Each layout's last checkpoint exports the same weights."""
     single, sharded = train("layout-single", "--ranks", "1"), train(folder_name("FSDP 2 x TP 2"), *LAYOUTS["FSDP 2 x TP 2"])
     copy_checkpoint(sharded, 3, workdir / "resumed-pp")
-    piped = train("resumed-pp", "--resume", *LAYOUTS["PP 2 1F1B"])
+    piped = train("resumed-pp", "--resume", *LAYOUTS["PP 2 1F1B"], *EVERY_3)
     copy_checkpoint(piped, 6, workdir / "resumed-one")
     one = train("resumed-one", "--resume", "--ranks", "1")
     whole = records(single).loss
@@ -99,7 +101,7 @@ def test_a_checkpoint_resumes_on_other_layouts_and_exports_from_any(train, workd
         assert worst < TOLERANCE
     exported = {}
     for out in (single, sharded, piped):
-        run("training", "export", "--checkpoint", str(out), "--out", str(tmp_path / out.name), cwd=workdir)
+        export(str(out), str(tmp_path / out.name), "float32")
         exported[out.name] = load_file(tmp_path / out.name / "model.safetensors")
         assert json.loads((tmp_path / out.name / "config.json").read_text())["tie_word_embeddings"] is False
     reference = exported["layout-single"]

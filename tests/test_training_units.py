@@ -608,7 +608,7 @@ def test_z_loss_weight_adds_exactly_its_term_to_the_objective_and_gradients(tmp_
                 objective().backward()
                 sums = None
             else:
-                sums, _ = forward_backward(model, None, batches, 2, torch.device("cpu"), Objective(weight), meshes, 0)
+                sums, _ = forward_backward(model, None, batches, 2, torch.device("cpu"), Objective(weight), meshes)
             return sums, torch.cat([p.grad.flatten() for p in model.parameters()])
 
         def by_hand(term):

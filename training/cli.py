@@ -253,8 +253,6 @@ def _check_data(args, mixture, config, layout):
     launched by hand, whose every rank would read every shard)."""
     from training.data import check_batches, read_sources
     from training.mixture import MixtureError
-    from training.parallelize import check_layout
-    from training.pipeline import microbatches
     from training.plan import over_cap, plan
 
     for name in mixture.source_names():
@@ -264,8 +262,10 @@ def _check_data(args, mixture, config, layout):
     mixture.check_one_tokenizer()
     mixture.check_shards_intact()
     check_batches(mixture, config.base_shape(), layout.dp)
-    check_layout(layout, config.model_config_for(_vocab_size(mixture)))
+    layout.check_model(config.model_config_for(_vocab_size(mixture)))
     if layout.pp > 1:
+        from training.pipeline import microbatches
+
         for shape in mixture.shapes(config.base_shape()):
             microbatches(layout, shape)
     shards = None if "LOCAL_RANK" in os.environ else read_sources(mixture)

@@ -52,6 +52,22 @@ class Parallelism(BaseModel):
         sizes = self.dp_replicate * self.tp * self.pp * self.cp * max(self.dp_shard, 1)
         return sizes if sizes > 1 else None
 
+    def check_model(self, config: ModelConfig) -> None:
+        """What a layout cannot do with a model, as one line, before any rank starts."""
+        if config.n_kv_heads % self.tp or config.n_heads % self.tp:
+            raise ValueError(f"parallelism.tp {self.tp} does not divide the model's {config.n_heads} query and "
+                             f"{config.n_kv_heads} key/value heads: each tensor-parallel rank needs whole heads (GQA)")  # fmt: skip
+        if config.ffn_hidden % self.tp:  # the vocabulary may split unevenly (DTensor pads it); the FFN is kept even
+            raise ValueError(f"parallelism.tp {self.tp} does not divide the model's ffn_hidden {config.ffn_hidden}")
+        if self.pp > config.n_layers:
+            raise ValueError(f"parallelism.pp {self.pp} is more stages than the model's {config.n_layers} layers")
+        if self.pp > 1 and config.tie_embeddings:
+            raise ValueError("parallelism.pp > 1 needs untied embeddings (--config tiny-untied, or model_overrides: "
+                             "{tie_embeddings: false}): the embedding and the output layer live on different stages")  # fmt: skip
+        if self.cp > 1:
+            raise ValueError("parallelism.cp > 1: context parallelism is not built yet (torch's ring attention runs only on "
+                             "CUDA's flash/efficient SDPA kernels, so it cannot be tested on this CPU machine)")  # fmt: skip
+
     @property
     def dp(self) -> int:
         return self.dp_replicate * self.dp_shard

@@ -9,6 +9,7 @@ import time
 import warnings
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -23,10 +24,12 @@ from training.metrics import MetricsWriter, ProgressLine, SpikeDetector, peak_fl
 from training.mixture import Mixture
 from training.mesh import Meshes, build
 from training.model import Transformer, flops_per_token
-from training.parallelize import check_layout, parallelize
-from training.pipeline import Pipeline, microbatches, split
+from training.parallelize import parallelize
 from training.schedule import lr_at
 from shard_contract import EOS_TOKEN, TOKENIZER_FILE
+
+if TYPE_CHECKING:  # torch's pipelining imports sympy (over a second per rank): loaded only for a pipeline
+    from training.pipeline import Pipeline
 
 log = logging.getLogger("train")
 
@@ -85,12 +88,14 @@ class Objective:
         return objective
 
 
-def forward_backward(model, pipeline: Pipeline | None, batches, sources: int, device: torch.device, objective: Objective,
-                     meshes: Meshes, count: int) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """Forward and backward over the step's micro-batches (`count` of them through the pipeline). Returns, summed over
-    all ranks, the per-source loss sums, the per-source token counts and the z-loss sum; and this data-parallel
-    rank's mean loss per sequence, in plan order (zeros on the ranks that do not own the loss)."""
+def forward_backward(model, pipeline: "Pipeline | None", batches, sources: int, device: torch.device, objective: Objective,
+                     meshes: Meshes) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Forward and backward over the step's micro-batches (through the pipeline: the step cut in pp_microbatches, by
+    default as many as the loader's). Returns, summed over all ranks, the per-source loss sums, the per-source token
+    counts and the z-loss sum; and this data-parallel rank's mean loss per sequence, in plan order (zeros on the ranks
+    that do not own the loss)."""
     objective.calls = []
+    count = meshes.layout.pp_microbatches or len(batches)
     if pipeline:
         pipeline.step(torch.cat([b.inputs for b in batches]), torch.cat([b.targets for b in batches]), count)
     else:
@@ -99,7 +104,7 @@ def forward_backward(model, pipeline: Pipeline | None, batches, sources: int, de
     sums = torch.zeros(2 * sources + 1, dtype=torch.float64, device=device)
     per_sequence = torch.zeros(sum(len(b.sources) for b in batches), device=device)
     if meshes.owns_loss:
-        calls = objective.calls[-(count if pipeline else len(batches)) :]  # a schedule's first step adds a placeholder call
+        calls = objective.calls[-count:]  # a schedule's first step adds a placeholder call
         token_loss = torch.cat([losses for losses, _ in calls])
         _accumulate(sums, sources, token_loss, torch.cat([b.sources for b in batches]).to(device))
         sums[-1] += sum(z_sum for _, z_sum in calls)
@@ -108,7 +113,7 @@ def forward_backward(model, pipeline: Pipeline | None, batches, sources: int, de
     return sums, per_sequence
 
 
-def _logits(model, pipeline: Pipeline | None, inputs: torch.Tensor, device: torch.device) -> torch.Tensor | None:
+def _logits(model, pipeline: "Pipeline | None", inputs: torch.Tensor, device: torch.device) -> torch.Tensor | None:
     return pipeline.forward(inputs) if pipeline else model(inputs.to(device))
 
 
@@ -142,7 +147,7 @@ def spike_action(policy: str, verdict: str | None, latest: Path | None, rewound_
     return LOGGED if policy == "log" else SKIPPED
 
 
-def evaluate(model, pipeline: Pipeline | None, batches, sources: int, device: torch.device, meshes: Meshes) -> torch.Tensor:
+def evaluate(model, pipeline: "Pipeline | None", batches, sources: int, device: torch.device, meshes: Meshes) -> torch.Tensor:
     """Validation loss sums then token counts per source, over all ranks (padding rows dropped)."""
     sums = torch.zeros(2 * (sources + 1), dtype=torch.float64, device=device)
     with torch.no_grad():
@@ -263,9 +268,11 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
     attention_name, attend = choose_attention(device, param_dtype, config.attention)
     model.set_attention(attend)
     num_params = model.num_params()
-    check_layout(layout, model_config)
+    layout.check_model(model_config)
     fp8.convert(model, config.fp8, device)
     if layout.pp > 1:
+        from training.pipeline import Pipeline, split
+
         split(model, meshes.pp.get_local_rank(), layout.pp)
     parallelize(model, meshes.tp, meshes.fsdp, param_dtype, config.activation_checkpointing, config.compile)
     if device.type == "cuda":
@@ -320,8 +327,7 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
         for group in optimizer.param_groups:
             group["lr"] = lr
         threshold = spikes.threshold()
-        sums, per_sequence = forward_backward(model, pipeline, loader.next_step(), n, device, objective, meshes,
-                                              microbatches(layout, shape) if pipeline else 0)  # fmt: skip
+        sums, per_sequence = forward_backward(model, pipeline, loader.next_step(), n, device, objective, meshes)
         loss = (sums[:n].sum() / sums[n : 2 * n].sum()).item()
         verdict = spikes(loss)
         done = step + 1
