@@ -22,7 +22,7 @@ def _parser() -> argparse.ArgumentParser:
         "`train plan --mixture FILE` shows what the mixture asks of each source first.",
     )
     parser.add_argument("--mixture", required=True, help="mixture YAML, e.g. mixtures/web70_code20.yaml")
-    parser.add_argument("--config", default="tiny", help="preset tiny|small|1b|7b|70b, or a YAML file of training settings")
+    parser.add_argument("--config", default="tiny", help="preset tiny|tiny-untied|small|1b|7b|70b, or a YAML file of training settings")
     parser.add_argument("--steps", type=int, help="optimizer steps (overrides the config)")
     parser.add_argument("--out", default="runs/train", help="run folder: metrics.jsonl, checkpoints/, lineage.jsonl")
     parser.add_argument("--resume", action="store_true", help="continue from the latest complete checkpoint in --out")
@@ -79,7 +79,7 @@ def _plan_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--mixture", help="mixture YAML: the data plan")
     parser.add_argument("--config", "--model", dest="config", default="tiny",
-                        help="preset tiny|small|1b|7b|70b or a settings YAML, as `train --config` takes it")
+                        help="preset tiny|tiny-untied|small|1b|7b|70b or a settings YAML, as `train --config` takes it")
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--steps", type=int, help="the tokens of this many steps (default: the config's steps, as `train` would run)")
     budget.add_argument("--tokens", type=float, help="tokens to train on, e.g. 2e9")
