@@ -665,3 +665,10 @@ def test_shuffled_sequences_take_every_window_of_an_epoch_once_in_another_order_
         data["phases"] = [{"name": "a", "weights": {"web": 1}, "fraction": 0.5}, {"name": "b", "weights": {"web": 1}, "seq_len": 32}]
         MixtureLoader(type(mixture).model_validate(data), seq_len=64, global_batch=4, micro_batch=4, rank=0, world=1, seed=3,
                       eos_id=eos, total_steps=10, shuffle_sequences=True)  # fmt: skip
+
+
+def test_every_pipeline_schedule_the_config_accepts_is_one_the_pipeline_runs():
+    from training.config import PP_SCHEDULES
+    from training.pipeline import SCHEDULES
+
+    assert set(PP_SCHEDULES) == set(SCHEDULES)

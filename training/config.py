@@ -14,7 +14,7 @@ from training.mixture import PhaseShape
 from training.model import MODEL_CONFIGS, ModelConfig
 
 
-PP_SCHEDULES = ("1F1B", "GPipe", "Interleaved1F1B")
+PP_SCHEDULES = ("1F1B", "GPipe")  # training.pipeline.SCHEDULES runs each
 
 
 class Parallelism(BaseModel):
