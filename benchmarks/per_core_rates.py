@@ -25,6 +25,15 @@ SHARED_WARC = Path(__file__).resolve().parents[2] / "shared" / "data" / "warc"
 STAGES = ("url_filter", "extract", "langid", "heuristics", "dedup_exact", "minhash")
 
 
+def run_stage(stage, tables: list) -> list:
+    """The kept tables after one stage; a dedup stage runs its per-document half (candidate keys), tables unchanged."""
+    if isinstance(stage, DuplicateFilter):
+        for table in tables:
+            stage.candidate_keys(table)
+        return tables
+    return [stage.process(table).kept for table in tables]
+
+
 def megabytes(table) -> float:
     column = "html" if "html" in table.column_names and table["html"].null_count < table.num_rows else "text"
     return (pc.sum(pc.binary_length(table[column])).as_py() or 0) / 1e6
@@ -62,11 +71,7 @@ def main() -> None:
             row["docs"] = sum(t.num_rows for t in tables)
             row["mb"] = sum(megabytes(t) for t in tables)
             started = time.perf_counter()
-            if isinstance(stage, DuplicateFilter):
-                for table in tables:
-                    stage.candidate_keys(table)
-            else:
-                tables = [stage.process(table).kept for table in tables]
+            tables = run_stage(stage, tables)
             row["seconds"] += time.perf_counter() - started
     print(f"{len(inputs)} file(s), extract backend {args.backend}, {args.repeat} warm pass(es), one core")
     pages = max(rows["read"]["docs"], 1)

@@ -3,6 +3,7 @@
 import argparse
 import glob
 import os
+import re
 import sys
 import tempfile
 import time
@@ -26,11 +27,13 @@ def positive_int(value: str) -> int:
 def input_arguments(parser: argparse.ArgumentParser) -> None:
     """What `curate run` and `curate ablate` read: files, a Common Crawl crawl, or the sample snapshot; and where Ray runs."""
     parser.add_argument("--input", action="append", metavar="PATH_OR_GLOB",
-                        help="WARC/WET files: local paths, globs or fsspec URLs (s3://, https://); repeatable")  # fmt: skip
+                        help="WARC/WET files: local paths, globs or fsspec URLs (s3://, https://); for code-corpus: "
+                        "repository folders (git checkouts read as `git ls-files`), a folder of them, .tar.gz/.zip "
+                        "archives, *.dist-info folders, Parquet in The Stack's layout; repeatable")  # fmt: skip
     parser.add_argument("--snapshot", metavar="CC-MAIN-YYYY-WW",
                         help="Common Crawl crawl: without --input, read its WARC files from warc.paths.gz")  # fmt: skip
     parser.add_argument("--paths-file", help="a local copy of the crawl's warc.paths(.gz) to use instead of fetching it")
-    parser.add_argument("--max-files", type=positive_int, help="use only the first N input files")
+    parser.add_argument("--max-files", type=positive_int, help="use only the first N input files (code: repositories)")
     parser.add_argument("--ray-address", help="join an existing Ray cluster: auto (the one `ray start` runs on this "
                         "machine), its head's HOST:6379, or ray://HOST:10001 (Ray Client: pip install 'pretrain-stack[cluster]')")
     parser.add_argument("--num-cpus", type=positive_int, help="CPUs of the local Ray cluster (default: all)")
@@ -178,25 +181,52 @@ def text_inputs(args, console: Console) -> tuple[list[str], str]:
     return sorted(dict.fromkeys(inputs))[: args.max_files], args.snapshot or "local"
 
 
+FOLDER_NOTES = re.compile(r"(?i)^(readme|index|manifest|repos|repositories)\b.*\.(md|txt|rst|csv|json)$|^readme$")
+
+
+def code_inputs(args, console: Console) -> tuple[list[str], str]:
+    """Repositories: folders, archives, dist-info folders, Parquet files in The Stack's layout (these two also as
+    fsspec URLs). A folder holding only folders, archives and Parquet files (and READMEs or lists beside them) is a
+    folder of repositories, each one an input; one with a file of its own at the top is one repository."""
+    from curation.sources.code_repositories import default_inputs, is_archive
+
+    if not args.input:
+        console.print("[bold]No --input: curating this Python's standard library and the packages this project installs[/]"
+                      " (a shard per package)")  # fmt: skip
+        return default_inputs()[: args.max_files], args.snapshot or "installed"
+    inputs = []
+    for pattern in args.input:
+        if "://" in pattern:
+            import fsspec
+
+            inputs += [opened.full_name for opened in fsspec.open_files(pattern, "rb", expand=True)]
+            continue
+        matched = sorted(glob.glob(pattern)) or [pattern]
+        for path in matched:
+            if not os.path.exists(path):
+                raise SystemExit(f"curate: --input {path!r} does not exist")
+            if os.path.isfile(path) and not (is_archive(path) or path.endswith(".parquet")):
+                raise SystemExit(f"curate: --input {path!r} is a file but not a .parquet, .tar.gz, .tgz, .tar or .zip")
+            entries = [e for e in sorted(Path(path).iterdir()) if not e.name.startswith(".")] if os.path.isdir(path) else []
+            members = [e for e in entries if e.is_dir() or is_archive(e.name) or e.name.endswith(".parquet")]
+            notes = [e for e in entries if e not in members and FOLDER_NOTES.match(e.name)]  # a README beside them
+            if members and not (Path(path) / ".git").exists() and not path.endswith(".dist-info") and len(members) + len(notes) == len(entries):
+                console.print(f"{path}: a folder of repositories ({len(members)}; {len(notes)} note file(s) not read)")
+                inputs += [str(entry.resolve()) for entry in members]
+            else:
+                inputs.append(str(Path(path).resolve()))
+    return sorted(dict.fromkeys(inputs))[: args.max_files], args.snapshot or "local"
+
+
 def resolve_inputs(args, console: Console, kind: str = "warc") -> tuple[list[str], str]:
     """The input files (for code: repository directories) and the snapshot name they belong to."""
     from curation.sources import sample
-    from curation.sources.code_tree import stdlib_inputs
     from curation.sources.commoncrawl import commoncrawl_warc_urls, snapshot_of
 
     if kind == "text":
         return text_inputs(args, console)
     if kind == "code":
-        if not args.input:
-            console.print("[bold]No --input: curating this Python's standard library[/] (a shard per package)")
-            return stdlib_inputs()[: args.max_files], args.snapshot or "stdlib"
-        repositories = []
-        for pattern in args.input:
-            matched = sorted(glob.glob(pattern)) if not os.path.isdir(pattern) else [pattern]
-            if not matched:
-                raise SystemExit(f"curate: --input {pattern!r} matches no directory")
-            repositories += [str(Path(p).resolve()) for p in matched if os.path.isdir(p)] or [pattern]
-        return sorted(dict.fromkeys(repositories))[: args.max_files], args.snapshot or "local"
+        return code_inputs(args, console)
     if args.input:
         import fsspec
         from fsspec.implementations.local import LocalFileSystem

@@ -90,6 +90,14 @@ def parse_recipe(data: object, origin: str) -> Recipe:
             STAGES[spec.stage].Params.model_validate(spec.params)
         except ValidationError as error:
             raise RecipeError(f"{origin}: invalid recipe: {_describe(error, f'stages[{index}].params')}") from None
+    written: dict[str, str] = {}
+    for index, spec in enumerate(recipe.stages):
+        stage_class = STAGES[spec.stage]
+        for column in set(stage_class.adds) - {"text"} - set(stage_class.rewrites):
+            if column in written and written[column] != spec.stage:  # a stage used twice owns its columns
+                raise RecipeError(f"{origin}: stages[{index}] ({spec.stage}) would overwrite the `{column}` column that "
+                                  f"{written[column]} writes")  # fmt: skip
+            written[column] = spec.stage
     return recipe
 
 

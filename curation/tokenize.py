@@ -16,7 +16,7 @@ import pyarrow as pa
 from curation.io import read_json, read_parquet, write_json_atomic, write_parquet_atomic, write_text_atomic
 from curation.run_folder import final_stage_dir
 from shard_contract import EOS_TOKEN as EOS
-from shard_contract import SHARDS_KEY, SPLIT_COLUMN, STATS_FILE, TOKEN_SCHEMA, TOKENIZER_FILE, TRAIN, VALIDATION, file_digest, held_out
+from shard_contract import FILE_SEP_TOKEN, REPO_NAME_TOKEN, SHARDS_KEY, SPLIT_COLUMN, STATS_FILE, TOKEN_SCHEMA, TOKENIZER_FILE, TRAIN, VALIDATION, file_digest, held_out
 
 METADATA_COLUMNS = ("bucket", "quality_score", "language", "repository", "repo_has_tests")
 TOKENS_DIR = "tokens"
@@ -45,7 +45,7 @@ def train_tokenizer(texts, vocab_size: int):
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+        vocab_size=vocab_size, special_tokens=[EOS, REPO_NAME_TOKEN, FILE_SEP_TOKEN], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
     return tokenizer

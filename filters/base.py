@@ -41,6 +41,9 @@ class Stage:
     requires: ClassVar[tuple[str, ...]] = ("id", "text")
     adds: ClassVar[dict[str, pa.DataType]] = {}
     removes: ClassVar[tuple[str, ...]] = ()
+    # columns of `adds` it replaces on purpose whatever wrote them (a repository document is a new document); every
+    # other column, `text` aside, is one stage's: a recipe where two stages write it is refused at load
+    rewrites: ClassVar[tuple[str, ...]] = ()
     num_cpus: ClassVar[float] = 1.0
     # each row's outcome depends on that row alone, so the runner may feed the stage a file in batches
     per_document: ClassVar[bool] = True

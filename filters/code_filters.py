@@ -14,11 +14,11 @@ from pydantic import Field
 
 from filters.base import Annotation, Stage, StageParams
 
-DATA_LANGUAGES = ("json", "yaml", "toml", "xml", "csv", "text", "ini")
+DATA_LANGUAGES = ("JSON", "YAML", "TOML", "XML", "CSV", "TSV", "Text", "INI")  # Linguist names, as filters/code_language.py writes them
 GENERATED = re.compile(
     r"auto-?generated|generated (automatically|by)|do not edit|this file (is|was) (automatically )?generated", re.IGNORECASE
 )
-_TEST_PATH = re.compile(r"(^|/)(tests?|testing)(/|$)|(^|/)test_[^/]+\.\w+$|_test\.\w+$|(^|/)[^/]+_tests?\.\w+$")
+TEST_PATH = re.compile(r"(^|/)(tests?|testing)(/|$)|(^|/)test_[^/]+\.\w+$|_test\.\w+$|(^|/)[^/]+_tests?\.\w+$")
 _DATA_LINE = re.compile(r"^[\s\d.,;:+\-eE\"'\[\]{}()x/]*$")
 
 
@@ -68,6 +68,6 @@ class CodeFilters(Stage):
             repositories = table["repository"].to_pylist()
         else:  # the first folder of the path, as the code source writes urls (repository/path)
             repositories = [str(url).split("/", 1)[0] if url else None for url in urls]
-        with_tests = {repo for repo, url in zip(repositories, urls) if repo and url and _TEST_PATH.search(str(PurePosixPath(url)))}
+        with_tests = {repo for repo, url in zip(repositories, urls) if repo and url and TEST_PATH.search(str(PurePosixPath(url)))}
         reasons = [self.reason(text or "", language) for text, language in zip(texts, languages)]
         return Annotation(reasons, {"repo_has_tests": [repo in with_tests for repo in repositories]})

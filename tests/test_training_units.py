@@ -5,10 +5,12 @@ import inspect
 import json
 import math
 import os
+import socket
 import string
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -672,3 +674,24 @@ def test_every_pipeline_schedule_the_config_accepts_is_one_the_pipeline_runs():
     from training.pipeline import SCHEDULES
 
     assert set(PP_SCHEDULES) == set(SCHEDULES)
+
+
+def test_a_zombie_holding_the_run_lock_is_stale(tmp_path):
+    """A killed rank is a zombie until something reaps it (a container's init may never): its lock is taken over,
+    while a live holder's is refused (a two-node run resumed on one node was once refused by its dead rank 0)."""
+    import psutil
+
+    from training import run_lock
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])  # never waited for until the end: a zombie
+    deadline = time.time() + 60
+    while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE and time.time() < deadline:
+        time.sleep(0.05)
+    owner = {"pid": child.pid, "started": psutil.Process(child.pid).create_time(), "host": socket.gethostname()}
+    (tmp_path / "train.lock").write_text(json.dumps(owner))
+    lock = run_lock.acquire(tmp_path)
+    assert json.loads(lock.read_text())["pid"] == os.getpid()
+    with pytest.raises(run_lock.RunLocked, match=f"in use by train \\(pid {os.getpid()}"):
+        run_lock.acquire(tmp_path)
+    run_lock.release(lock)
+    child.wait()

@@ -1,6 +1,7 @@
 """One writer per run folder: `train` holds `OUT/train.lock` (its pid, start time and host) while it runs, so a second
 `train` (a `--resume` typed while the first still trains) is refused instead of writing checkpoints beside it. A lock
-whose process is gone from this host is stale and taken over; a killed launcher leaves one of those."""
+whose process is gone from this host (or is a zombie: ended, not yet reaped) is stale and taken over; a killed launcher
+leaves one of those."""
 
 import json
 import os
@@ -29,7 +30,9 @@ def _alive(owner: dict) -> bool:
     if owner.get("host") != socket.gethostname():
         return True
     try:
-        return abs(psutil.Process(owner["pid"]).create_time() - owner["started"]) < 1
+        process = psutil.Process(owner["pid"])
+        # a zombie has ended: a killed rank stays one until something reaps it, which a container's init may never do
+        return abs(process.create_time() - owner["started"]) < 1 and process.status() != psutil.STATUS_ZOMBIE
     except (psutil.NoSuchProcess, KeyError, TypeError, ValueError):
         return False
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from pydoc_data.topics import topics
 
-from curation.sources.code_tree import SKIP_DIRS
-
 DEFAULT_ROOT = Path("runs/python-docs")
 SHARDS = 4
 TEST_DIRS = {"test", "tests", "idle_test"}
+# not the standard library's own modules (an interpreter's installed packages live inside its stdlib folder)
+SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", "node_modules", "site-packages", "dist-packages", ".venv", "venv", ".tox"}
 
 
 def module_docstrings() -> dict[str, str]:

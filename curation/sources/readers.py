@@ -7,7 +7,7 @@ import pyarrow as pa
 
 from curation.recipe import SourceSpec
 from curation.sources import ReadResult
-from curation.sources.code_tree import CodeReader
+from curation.sources.code_repositories import CodeReader
 from curation.sources.parquet_documents import ParquetReader
 from curation.sources.text_corpus import TextReader
 from curation.sources.warc import WarcReader

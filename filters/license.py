@@ -1,0 +1,240 @@
+"""The license of each repository as an SPDX expression, on every one of its rows (`license`), and a recipe policy
+over it, as The Stack keeps only permissively licensed repositories.
+
+Per repository, once (not per file), the first of these that says something wins:
+1. `metadata`: a non-null `license` value the input carried (The Stack's Parquet layout);
+2. `license_file`: top-level LICENSE*/LICENCE*/COPYING*/UNLICENSE files, by full text (filters/license_match.py), by an
+   SPDX id or short notice inside them; NOTICE files (attributions) and third-party ones (LICENSE.thirdparty,
+   LICENSES.txt) are not the repository's license, nor is a LICENSE in a subfolder (vendored code);
+3. `readme`: the license section of the top-level README (full text or notice);
+4. `header`: `SPDX-License-Identifier:` lines and notices in the first lines of source files.
+Several licenses found combine with OR where a text offers the choice ("dual licensed", "licensed under either of",
+"at your option" outside a license text), else with AND (all apply; LICENSE-MIT beside LICENSE-APACHE without such words is "Apache-2.0 AND MIT"). A README
+naming a license the license files do not hold is a conflict. The policy then allows an OR expression when one of
+its licenses is allowed, an AND expression when all are.
+
+Drops: `license/not_allowed`, `license/unknown` (nothing found), `license/conflicting`; the last two are kept only
+with `keep_unknown`/`keep_conflicting`, whatever `allow` says (`allow: any` means any *known* license). Every
+repository is a row of `OUT/repositories.parquet` (name, files, bytes, license, where it came from, stars, has_tests).
+"""
+
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Literal
+
+import pyarrow as pa
+from pydantic import Field, field_validator
+
+from filters.base import Annotation, Stage, StageParams
+from filters.code_filters import TEST_PATH
+from filters.license_match import (
+    DUAL, MAX_REST_WORDS, LicenseMatcher, gnu_suffix, join, matcher, notice_text, says_or_later, spdx_ids, subsumes,
+)
+
+# licenses asking at most for attribution and the notice, no share-alike: the usual permissive software licenses
+# (those The Stack keeps, and more that the Blue Oak Council rates permissive), and CC-BY for documentation
+PERMISSIVE = (
+    "MIT", "MIT-0", "Apache-2.0", "Apache-1.1", "BSD-2-Clause", "BSD-3-Clause", "BSD-3-Clause-Clear", "0BSD", "ISC",
+    "Zlib", "BSL-1.0", "Unlicense", "CC0-1.0", "PSF-2.0", "Python-2.0", "HPND", "MIT-CMU", "X11", "NCSA", "PostgreSQL", "UPL-1.0",
+    "WTFPL", "BlueOak-1.0.0", "Artistic-2.0", "AFL-3.0", "MS-PL", "ECL-2.0", "Unicode-3.0", "Unicode-DFS-2016",
+    "bzip2-1.0.6", "curl", "libpng-2.0", "MulanPSL-2.0", "CC-BY-3.0", "CC-BY-4.0",
+)  # fmt: skip
+LICENSE_FILE = re.compile(r"^(?:un)?licen[cs]e|^copying", re.IGNORECASE)
+# where a license file turns to the software a binary distribution bundles (numpy's and scipy's wheels append
+# OpenBLAS's and the GCC runtime's licenses): what follows is others' code, not the repository's license
+BUNDLED = re.compile(r"^.*\b(?:bundles?|bundled with|ships with|includes) the following\b|^.*\bthird[- ]party (?:software|"
+                     r"licenses|notices|components)\b", re.IGNORECASE | re.MULTILINE)  # fmt: skip
+THIRD_PARTY = re.compile(r"third|external|vendor|bundled|^licen[cs]es", re.IGNORECASE)  # LICENSE.thirdparty, LICENSES.txt: others' code
+README = re.compile(r"^readme(?:\.|$)", re.IGNORECASE)
+_LICENSE_HEADING = re.compile(r"^(?:#+|=+|\.\. _)?\s*(?:licen[cs]e|licensing|copying)\b.*$", re.IGNORECASE | re.MULTILINE)
+_HEADING = re.compile(r"^(?:#+\s|\S.*\n[=\-~]{3,}$)", re.MULTILINE)
+HEADER_CHARS = 2000  # of each source file, for SPDX ids and notices in its header comment
+_EXPRESSION_WORDS = re.compile(r"\s+(AND|OR|WITH)\s+|[()]")
+
+
+class LicenseParams(StageParams):
+    allow: Literal["permissive", "any"] | list[str] = Field(
+        "permissive", description="'permissive' (PERMISSIVE in filters/license.py), 'any' known license, or SPDX ids"
+    )
+    keep_unknown: bool = Field(False, description="keep repositories with no license found")
+    keep_conflicting: bool = Field(False, description="keep repositories whose README and license files disagree")
+
+    @field_validator("allow")
+    @classmethod
+    def known_ids(cls, allow: str | list[str]) -> str | list[str]:
+        """A misspelt id would silently drop every repository under that license."""
+        if isinstance(allow, list):
+            unknown = [spdx for spdx in allow if spdx.lower() not in spdx_ids()]
+            if unknown:
+                raise ValueError(f"allow: {unknown} are not SPDX license ids (GNU ones end in -only or -or-later)")
+            return [spdx_ids()[spdx.lower()] for spdx in allow]  # as the detector spells them: `mit` is `MIT`
+        return allow
+
+
+class LicenseFilter(Stage):
+    name = "license"
+    Params = LicenseParams
+    requires = ("id", "text", "repository")  # and `path`, else the url's part after "<repository>/"
+    adds = {"license": pa.string()}
+    per_document = False  # a repository's license is read off its license files, README and headers together
+    report_name = "repositories"
+    report_schema = pa.schema([
+        ("repository", pa.string()), ("files", pa.int64()), ("bytes", pa.int64()), ("license", pa.string()),
+        ("license_source", pa.string()), ("license_evidence", pa.string()), ("stars", pa.int64()), ("has_tests", pa.bool_()),
+    ])  # fmt: skip
+
+    def setup(self) -> None:
+        self.matcher = matcher()
+
+    def allowed(self, expression: str) -> bool:
+        allow = self.params.allow
+        if allow == "any":
+            return True
+        names = set(PERMISSIVE if allow == "permissive" else allow)
+        return expression_allowed(expression, names)
+
+    def annotate(self, table: pa.Table) -> Annotation:
+        columns = {name: table[name].to_pylist() for name in ("repository", "text")}
+        columns["path"] = table["path"].to_pylist() if "path" in table.column_names else _paths_from_urls(table, columns["repository"])
+        given = table["license"].to_pylist() if "license" in table.column_names else [None] * table.num_rows
+        stars = table["stars"].to_pylist() if "stars" in table.column_names else [None] * table.num_rows
+        rows_of: dict[str, list[int]] = defaultdict(list)
+        for row, repository in enumerate(columns["repository"]):
+            rows_of[repository].append(row)
+        reasons: list[str | None] = [None] * table.num_rows
+        licenses: list[str | None] = [None] * table.num_rows
+        report, per_license, documents = [], Counter(), Counter()
+        for repository, rows in rows_of.items():
+            paths = [columns["path"][row] or "" for row in rows]
+            texts = [columns["text"][row] or "" for row in rows]
+            metadata = next((given[row] for row in rows if given[row]), None)
+            found = Detection(metadata, "metadata", f"license column: {metadata}") if metadata else detect(self.matcher, paths, texts)
+            if found.source == "conflicting":
+                reason = None if self.params.keep_conflicting else "license/conflicting"
+            elif found.license is None:
+                reason = None if self.params.keep_unknown else "license/unknown"
+            else:
+                reason = None if self.allowed(found.license) else "license/not_allowed"
+            label = found.license or found.source
+            per_license[label] += 1
+            documents[label] += len(rows)
+            for row in rows:
+                reasons[row], licenses[row] = reason, found.license
+            known_stars = [stars[row] for row in rows if stars[row] is not None]
+            report.append({
+                "repository": repository, "files": len(rows), "bytes": sum(len(text.encode()) for text in texts),
+                "license": found.license, "license_source": found.source, "license_evidence": found.evidence,
+                "stars": max(known_stars) if known_stars else None,
+                "has_tests": any(TEST_PATH.search(path) for path in paths),
+            })  # fmt: skip
+        stats = {"license_repositories": dict(per_license), "license_documents": dict(documents), "report": report}
+        return Annotation(reasons, {"license": licenses}, stats)
+
+
+@dataclass(frozen=True)
+class Detection:
+    """What one repository's files say: the SPDX expression (None when unknown or conflicting), where it came from
+    ("metadata", "license_file", "readme", "header", "unknown", "conflicting") and the files that said it."""
+
+    license: str | None
+    source: str
+    evidence: str
+
+
+def detect(matcher: LicenseMatcher, paths: list[str], texts: list[str]) -> Detection:
+    """The license of one repository from its files (see the module docstring for the order)."""
+    top = [(path, text) for path, text in zip(paths, texts) if "/" not in path.strip("/")]
+    license_files = [(path, _own_part(text)) for path, text in top
+                     if LICENSE_FILE.match(path.strip("/")) and not THIRD_PARTY.search(path)]  # fmt: skip
+    readmes = [(path, _license_section(text)) for path, text in top if README.match(path.strip("/"))]
+    file_reads = [_read(matcher, path, text, full_text=True) for path, text in license_files]
+    readme_reads = [_read(matcher, path, section, full_text=True) for path, section in readmes if section]
+    headers = [(path, text[:HEADER_CHARS]) for path, text in zip(paths, texts) if not LICENSE_FILE.match(PurePosixPath(path).name)]
+    later = any(read.or_later for read in file_reads + readme_reads) or any(says_or_later(text) for _, text in headers)
+    offers_choice = any(read.offers_choice for read in file_reads + readme_reads)  # a README's "either of" covers LICENSE-*
+    from_files = _combine(file_reads, "license_file", offers_choice, later)
+    from_readme = _combine(readme_reads, "readme", offers_choice, later)
+    if from_files.license:
+        readme_ids = _ids(from_readme.license)
+        if readme_ids and not readme_ids & _ids(from_files.license):
+            return Detection(None, "conflicting", f"{from_files.evidence}; {from_readme.evidence}")
+        return from_files
+    if from_readme.license:
+        return from_readme
+    from_headers = _combine([_read(matcher, path, text, full_text=False) for path, text in headers], "header", False, later)
+    return from_headers if from_headers.license else Detection(None, "unknown", "")
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What one text names: SPDX ids as written (`identified`), or detected licenses whose GNU ones still need
+    -only/-or-later; and what its words outside any license text say."""
+
+    path: str
+    named: list[str]
+    identified: bool
+    offers_choice: bool  # "dual licensed", "licensed under either of", "at your option"
+    or_later: bool  # "or (at your option) any later version" (the GPL's own text always has it: not counted)
+
+
+def _combine(reads: list[_Read], source: str, offers_choice: bool, later: bool) -> Detection:
+    """The licenses the files name as one expression (OR when a text offers the choice, else AND), with evidence."""
+    per_read = [read.named if read.identified else [gnu_suffix(spdx, later) for spdx in read.named] for read in reads]
+    found = [spdx for named in per_read for spdx in named]
+    if "LGPL-3.0-only" in found or "LGPL-3.0-or-later" in found:  # the LGPL-3.0 is the GPL-3.0 plus permissions: COPYING + COPYING.LESSER
+        found = [spdx for spdx in found if not spdx.startswith("GPL-3.0")]
+    expression = join(found, offers_choice)
+    evidence = "; ".join(f"{read.path}: {' + '.join(named)}" for read, named in zip(reads, per_read) if named)
+    return Detection(expression, source if expression else "unknown", evidence)
+
+
+def _read(matcher: LicenseMatcher, path: str, text: str, full_text: bool) -> _Read:
+    """The licenses one text names. A license file or README: full texts (with notices in a short rest beside
+    them), else SPDX identifiers, a bare id or notices. A header: SPDX identifiers, else notices (a full license
+    text is not a header)."""
+    rest = text
+    if full_text:
+        matches, rest = matcher.full_texts(text)
+        if matches:
+            named = [match.spdx for match in matches]
+            if len(rest.split()) <= MAX_REST_WORDS:
+                named += [n for n in matcher.notices(rest) if not any(n == m or subsumes(m, n) for m in named)]
+            return _Read(path, named, False, bool(DUAL.search(rest)), says_or_later(rest))
+    identified = matcher.identifiers(text) or ([bare] if full_text and (bare := matcher.bare_id(text)) else [])
+    named = identified or matcher.notices(text)
+    return _Read(path, named, bool(identified), full_text and bool(DUAL.search(notice_text(rest))), says_or_later(text))
+
+
+def _own_part(text: str) -> str:
+    """A license file up to where it turns to bundled third-party software, when words come before that."""
+    turn = BUNDLED.search(text)
+    return text[: turn.start()] if turn and re.search(r"\w{3}", text[: turn.start()]) else text
+
+
+def _paths_from_urls(table: pa.Table, repositories: list[str]) -> list[str]:
+    urls = table["url"].to_pylist() if "url" in table.column_names else [""] * table.num_rows
+    return [url[len(repo) + 1 :] if url and repo and url.startswith(f"{repo}/") else url for url, repo in zip(urls, repositories)]
+
+
+def _license_section(readme: str) -> str:
+    """The README's license section: from a heading that says "License" to the next heading."""
+    heading = _LICENSE_HEADING.search(readme)
+    if heading is None:
+        return ""
+    rest = readme[heading.end() :]
+    following = _HEADING.search(rest)
+    return rest[: following.start()] if following else rest
+
+
+def _ids(expression: str | None) -> set[str]:
+    return {part for part in _EXPRESSION_WORDS.split(expression or "") if part and part not in ("AND", "OR", "WITH")}
+
+
+def expression_allowed(expression: str, allowed: set[str]) -> bool:
+    """OR: one allowed license suffices; AND (or a mix, read conservatively): every license must be allowed."""
+    ids = _ids(expression)
+    if " OR " in expression and " AND " not in expression:
+        return bool(ids & allowed)
+    return ids <= allowed

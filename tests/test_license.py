@@ -1,0 +1,211 @@
+"""The license stage: per-repository detection (license files, README, headers, metadata), the policy, unknown and
+conflicting counted apart, and the repositories report. The license texts here are written for these tests; the
+accuracy on real files is benchmarks/license_detection.py, checked here only on a few installed packages."""
+
+import sysconfig
+from email.parser import HeaderParser
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from curation.recipe import RecipeError, parse_recipe
+from filters import STAGES
+from filters.license import LicenseFilter, LicenseParams, detect, expression_allowed
+from filters.license_match import matcher
+
+MIT = """MIT License
+
+Copyright (c) 2031 Ada Example
+
+Permission is hereby granted, free of charge, to any person obtaining a copy of this software and associated
+documentation files (the "Software"), to deal in the Software without restriction, including without limitation the
+rights to use, copy, modify, merge, publish, distribute, sublicense, and/or sell copies of the Software, and to permit
+persons to whom the Software is furnished to do so, subject to the following conditions:
+
+The above copyright notice and this permission notice shall be included in all copies or substantial portions of the
+Software.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING BUT NOT LIMITED TO THE
+WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR
+COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR
+OTHERWISE, ARISING FROM, OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
+"""
+MIT_CONDITION = (
+    ", subject to the following conditions:\n\nThe above copyright notice and this permission notice shall be included "
+    "in all copies or substantial portions of the\nSoftware."
+)
+MIT_0 = MIT.replace("MIT License", "MIT No Attribution").replace(MIT_CONDITION, ".")
+BSD_3 = """Copyright (c) 2031, Example Org
+All rights reserved.
+
+Redistribution and use in source and binary forms, with or without modification, are permitted provided that the
+following conditions are met:
+
+1. Redistributions of source code must retain the above copyright notice, this list of conditions and the following
+   disclaimer.
+
+2. Redistributions in binary form must reproduce the above copyright notice, this list of conditions and the following
+   disclaimer in the documentation and/or other materials provided with the distribution.
+
+3. Neither the name of the copyright holder nor the names of its contributors may be used to endorse or promote
+   products derived from this software without specific prior written permission.
+
+THIS SOFTWARE IS PROVIDED BY THE COPYRIGHT HOLDERS AND CONTRIBUTORS "AS IS" AND ANY EXPRESS OR IMPLIED WARRANTIES,
+INCLUDING, BUT NOT LIMITED TO, THE IMPLIED WARRANTIES OF MERCHANTABILITY AND FITNESS FOR A PARTICULAR PURPOSE ARE
+DISCLAIMED. IN NO EVENT SHALL THE COPYRIGHT HOLDER OR CONTRIBUTORS BE LIABLE FOR ANY DIRECT, INDIRECT, INCIDENTAL,
+SPECIAL, EXEMPLARY, OR CONSEQUENTIAL DAMAGES (INCLUDING, BUT NOT LIMITED TO, PROCUREMENT OF SUBSTITUTE GOODS OR
+SERVICES; LOSS OF USE, DATA, OR PROFITS; OR BUSINESS INTERRUPTION) HOWEVER CAUSED AND ON ANY THEORY OF LIABILITY,
+WHETHER IN CONTRACT, STRICT LIABILITY, OR TORT (INCLUDING NEGLIGENCE OR OTHERWISE) ARISING IN ANY WAY OUT OF THE USE
+OF THIS SOFTWARE, EVEN IF ADVISED OF THE POSSIBILITY OF SUCH DAMAGE.
+"""
+BSD_2 = BSD_3[: BSD_3.index("3. Neither")] + BSD_3[BSD_3.index("THIS SOFTWARE") :]
+GPL_NOTICE = """# This program is free software: you can redistribute it and/or modify it under the terms of the GNU General
+# Public License as published by the Free Software Foundation, either version {v} of the License, or (at your
+# option) any later version.
+"""
+APACHE_NOTICE = 'Licensed under the Apache License, Version 2.0 (the "License"); you may not use this file except\n'
+CODE = "def main():\n    return 42\n"
+
+
+def table(files: dict[str, dict[str, str]], **extra: list) -> pa.Table:
+    """Rows of the document contract from {repository: {path: text}}."""
+    rows = [(repo, path, text) for repo, tree in files.items() for path, text in tree.items()]
+    columns = {
+        "id": [f"{repo}/{path}" for repo, path, _ in rows], "url": [f"{repo}/{path}" for repo, path, _ in rows],
+        "text": [text for _, _, text in rows], "source": ["code"] * len(rows), "repository": [repo for repo, _, _ in rows],
+        "path": [path for _, path, _ in rows], "language": ["Python" if path.endswith(".py") else "Text" for _, path, _ in rows],
+    }  # fmt: skip
+    return pa.table({**columns, **extra})
+
+
+def licenses_of(result) -> dict[str, str | None]:
+    return dict(zip(result.kept["repository"].to_pylist(), result.kept["license"].to_pylist()))
+
+
+def detected(tree: dict[str, str]):
+    return detect(matcher(), list(tree), list(tree.values()))
+
+
+@pytest.mark.parametrize(
+    "tree, expected",
+    [
+        ({"LICENSE": MIT}, "MIT"),
+        ({"LICENSE.md": MIT_0}, "MIT-0"),
+        ({"COPYING": BSD_3}, "BSD-3-Clause"),
+        ({"LICENCE.txt": BSD_2}, "BSD-2-Clause"),
+        ({"LICENSE": "Apache-2.0\n"}, "Apache-2.0"),
+        ({"COPYING": GPL_NOTICE.format(v=3)}, "GPL-3.0-or-later"),
+        ({"COPYING": GPL_NOTICE.format(v=2)}, "GPL-2.0-or-later"),
+        ({"COPYING": GPL_NOTICE.format(v=3).replace("General\n# Public", "Lesser General Public")}, "LGPL-3.0-or-later"),
+        ({"LICENSE": "This program is under the GNU Affero General Public License version 3.\n"}, "AGPL-3.0-only"),
+        ({"README.md": f"# tool\n\nDoes things.\n\n## License\n\n{APACHE_NOTICE}\n## Credits\n\nMIT License fans.\n"}, "Apache-2.0"),
+    ],
+)
+def test_one_license_and_its_near_neighbours(tree, expected):
+    """BSD-2 vs BSD-3, MIT vs MIT-0, GPL vs LGPL vs AGPL and their versions; a README is read in its License
+    section only (the credits' "MIT License" is not the repository's)."""
+    assert detected(tree).license == expected
+
+
+def test_two_licenses_are_and_unless_a_text_offers_the_choice():
+    assert detected({"LICENSE": MIT + "\n\n" + BSD_3}).license == "BSD-3-Clause AND MIT"
+    assert detected({"LICENSE-MIT": MIT, "LICENSE-BSD": BSD_3}).license == "BSD-3-Clause AND MIT"
+    choice = "This project is dual licensed under the MIT license or the BSD-3-Clause license.\n\n"
+    assert detected({"LICENSE": choice + MIT + "\n\n" + BSD_3}).license == "BSD-3-Clause OR MIT"
+    readme = "# lib\n\n## License\n\nLicensed under either of LICENSE-MIT or LICENSE-BSD at your option.\n"
+    found = detected({"LICENSE-MIT": MIT, "LICENSE-BSD": BSD_3, "README.md": readme})
+    assert (found.license, found.source) == ("BSD-3-Clause OR MIT", "license_file")
+    assert "LICENSE-MIT: MIT" in found.evidence and "LICENSE-BSD: BSD-3-Clause" in found.evidence
+
+
+def test_licenses_of_bundled_software_are_not_the_repositorys():
+    bundled = "\n----\n\nThis binary distribution of Lib also bundles the following software:\n\nName: runtime\n\n"
+    assert detected({"LICENSE.txt": BSD_3 + bundled + GPL_NOTICE.format(v=3)}).license == "BSD-3-Clause"
+    notices = "\nThird-party software notices\n\n"
+    assert detected({"LICENSE": MIT + notices + BSD_3}).license == "MIT"
+    assert detected({"LICENSE": bundled + MIT}).license == "MIT"  # nothing before the turn: the whole file counts
+
+
+def test_header_identifiers_when_there_is_no_license_file():
+    found = detected({"src/a.rs": "// SPDX-License-Identifier: mit OR apache-2.0\n" + CODE, "src/b.py": CODE})
+    assert (found.license, found.source) == ("MIT OR Apache-2.0", "header")
+    found = detected({"a.py": "# SPDX-License-Identifier: MIT\n" + CODE, "b.c": "/* SPDX-License-Identifier: BSD-3-Clause */\n"})
+    assert found.license == "BSD-3-Clause AND MIT"
+    assert detected({"lib/LICENSE": MIT, "a.py": CODE}).source == "unknown"  # a vendored folder's license is not the repository's
+
+
+def test_policy_permissive_any_and_an_explicit_list():
+    files = {"mit": {"LICENSE": MIT, "a.py": CODE}, "gpl": {"COPYING": GPL_NOTICE.format(v=3), "a.py": CODE, "b.py": CODE}}
+    permissive = LicenseFilter().process(table(files))
+    assert licenses_of(permissive) == {"mit": "MIT"} and permissive.dropped == {"license/not_allowed": 3}
+    assert licenses_of(LicenseFilter(LicenseParams(allow="any")).process(table(files))) == {"mit": "MIT", "gpl": "GPL-3.0-or-later"}
+    listed = LicenseFilter(LicenseParams(allow=["GPL-3.0-or-later"])).process(table(files))
+    assert licenses_of(listed) == {"gpl": "GPL-3.0-or-later"} and listed.dropped == {"license/not_allowed": 2}
+    assert expression_allowed("GPL-3.0-only OR MIT", {"MIT"}) and not expression_allowed("GPL-3.0-only AND MIT", {"MIT"})
+    assert licenses_of(LicenseFilter(LicenseParams(allow=["mit"])).process(table(files))) == {"mit": "MIT"}  # ids as SPDX spells them
+    with pytest.raises(ValueError, match="'MTI'"):
+        LicenseParams(allow=["MIT", "MTI"])
+
+
+def test_unknown_and_conflicting_are_counted_apart_and_kept_only_when_asked():
+    conflicting_readme = "# app\n\n## License\n\nThis project is licensed under the GNU General Public License v3.\n"
+    files = {
+        "none": {"a.py": CODE}, "clash": {"LICENSE": MIT, "README.md": conflicting_readme, "a.py": CODE},
+        "agree": {"LICENSE": MIT, "README.md": "# x\n\n## License\n\nMIT License, see LICENSE.\n"},
+    }  # fmt: skip
+    result = LicenseFilter(LicenseParams(allow="any")).process(table(files))
+    assert result.dropped == {"license/unknown": 1, "license/conflicting": 3}
+    assert result.stats["license_repositories"] == {"unknown": 1, "conflicting": 1, "MIT": 1}
+    assert result.stats["license_documents"] == {"unknown": 1, "conflicting": 3, "MIT": 2}
+    kept = LicenseFilter(LicenseParams(allow="any", keep_unknown=True, keep_conflicting=True)).process(table(files))
+    assert licenses_of(kept) == {"none": None, "clash": None, "agree": "MIT"} and kept.dropped == {}
+    report = {row["repository"]: row for row in kept.stats["report"]}
+    assert report["clash"]["license_source"] == "conflicting" and "GPL-3.0" in report["clash"]["license_evidence"]
+
+
+def test_metadata_license_wins_and_the_report_row():
+    files = {"given": {"LICENSE": MIT, "tests/test_a.py": CODE}, "detected": {"LICENSE": BSD_3, "a.py": CODE}}
+    result = LicenseFilter().process(table(files, license=["Apache-2.0", None, None, None], stars=[None, 7, 3, None]))
+    assert licenses_of(result) == {"given": "Apache-2.0", "detected": "BSD-3-Clause"}
+    report = {row["repository"]: row for row in result.stats["report"]}
+    assert report["given"] == {
+        "repository": "given", "files": 2, "bytes": len(MIT.encode()) + len(CODE), "license": "Apache-2.0",
+        "license_source": "metadata", "license_evidence": "license column: Apache-2.0", "stars": 7, "has_tests": True,
+    }  # fmt: skip
+    assert (report["detected"]["license_source"], report["detected"]["stars"], report["detected"]["has_tests"]) == ("license_file", 3, False)
+    assert pa.Table.from_pylist(result.stats["report"], schema=LicenseFilter.report_schema).num_rows == 2
+
+
+def test_paths_come_from_urls_when_the_reader_gives_none():
+    """The code source before `path` existed wrote only url = "<repository>/<path>"."""
+    result = LicenseFilter().process(table({"r": {"LICENSE": MIT, "tests/test_a.py": CODE}}).drop_columns(["path"]))
+    assert licenses_of(result) == {"r": "MIT"} and result.stats["report"][0]["has_tests"]
+
+
+def test_the_stage_is_registered_for_recipes():
+    assert STAGES["license"] is LicenseFilter and not LicenseFilter.per_document and LicenseFilter.report_name == "repositories"
+    stanza = {"stage": "license", "params": {"allow": ["MIT", "Apache-2.0"], "keep_unknown": True}}
+    recipe = parse_recipe({"name": "code", "source": {"kind": "code"}, "stages": [stanza]}, "test")
+    assert recipe.stages[0].params["allow"] == ["MIT", "Apache-2.0"]
+    with pytest.raises(RecipeError, match=r"stages\[0\]\.params.*'Apache 2'"):
+        parse_recipe({"name": "code", "source": {"kind": "code"}, "stages": [{"stage": "license", "params": {"allow": ["Apache 2"]}}]}, "test")
+
+
+def installed_license_files(limit: int) -> list[tuple[str, str, str]]:
+    """(package, License-Expression, LICENSE text) of installed packages declaring one simple SPDX id."""
+    found = []
+    for dist in sorted(Path(sysconfig.get_paths()["purelib"]).glob("*.dist-info")):
+        expression = HeaderParser().parsestr((dist / "METADATA").read_text(errors="replace")).get("License-Expression", "")
+        licenses = [p for p in (dist / "licenses").glob("*") if p.name.upper().startswith(("LICENSE", "COPYING"))] if (dist / "licenses").is_dir() else []
+        if expression in ("MIT", "Apache-2.0", "BSD-3-Clause", "BSD-2-Clause", "ISC") and len(licenses) == 1:
+            found.append((dist.name, expression, licenses[0].read_text(errors="replace")))
+    return found[:: max(1, len(found) // limit)][:limit]
+
+
+def test_real_license_files_of_installed_packages():
+    packages = installed_license_files(limit=12)
+    if not packages:
+        pytest.skip("no installed package declares License-Expression with a single LICENSE file")
+    wrong = [(name, expected, detected({"LICENSE": text}).license) for name, expected, text in packages]
+    assert [w for w in wrong if w[1] != w[2]] == []
