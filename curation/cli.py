@@ -33,7 +33,7 @@ def input_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--snapshot", metavar="CC-MAIN-YYYY-WW",
                         help="Common Crawl crawl: without --input, read its WARC files from warc.paths.gz")  # fmt: skip
     parser.add_argument("--paths-file", help="a local copy of the crawl's warc.paths(.gz) to use instead of fetching it")
-    parser.add_argument("--max-files", type=positive_int, help="use only the first N input files (code: repositories)")
+    parser.add_argument("--max-files", type=positive_int, help="use only the first N input files (code: repositories) of each recipe")
     parser.add_argument("--ray-address", help="join an existing Ray cluster: auto (the one `ray start` runs on this "
                         "machine), its head's HOST:6379, or ray://HOST:10001 (Ray Client: pip install 'pretrain-stack[cluster]')")
     parser.add_argument("--num-cpus", type=positive_int, help="CPUs of the local Ray cluster (default: all)")
@@ -50,12 +50,14 @@ def _parser(more: dict | None = None) -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run",
-        help="run a recipe (built-in name or YAML path) on Ray",
+        help="run recipes (built-in names or YAML paths) on Ray",
         description="Run a recipe. With no --input/--snapshot it curates the built-in sample snapshot. "
         "A rerun into the same --output resumes: finished shards are skipped; a changed stage config reruns "
-        "that stage and every stage after it.",
+        "that stage and every stage after it. Several recipes run one after another on one Ray (started once), "
+        "each on its built-in input into runs/<recipe>.",
     )
-    run.add_argument("recipe", help="built-in recipe name (e.g. fineweb-snapshot) or path to a recipe YAML")
+    run.add_argument("recipes", nargs="+", metavar="recipe",
+                     help="built-in recipe name (e.g. fineweb-snapshot) or path to a recipe YAML; several share one Ray")
     input_arguments(run)
     run.add_argument("--output", help="run folder (default: runs/<recipe>)")
     run.add_argument("--keep-removed", action="store_true", help="also write dropped documents to OUT/removed/<stage>/")
@@ -278,29 +280,47 @@ def make_console() -> Console:
 
 
 def cmd_run(args) -> int:
-    from curation import runner, stats
+    """Every recipe, its inputs and its output are checked before Ray starts; then they run in order on one Ray."""
+    from curation import ray_session
     from curation.recipe import RecipeError, load_recipe
     from curation.run_folder import RunFolder
 
     console = make_console()
+    if len(args.recipes) > 1:
+        chosen = [flag for flag, value in (("--input", args.input), ("--output", args.output), ("--snapshot", args.snapshot),
+                                           ("--paths-file", args.paths_file)) if value]  # fmt: skip
+        if chosen:
+            print(f"curate: {chosen[0]} names one recipe's data: give one recipe with it, not {len(args.recipes)}", file=sys.stderr)
+            return 2
     try:
-        recipe = load_recipe(args.recipe)
+        recipes = [load_recipe(name) for name in args.recipes]
     except RecipeError as error:
         print(f"curate: {error}", file=sys.stderr)
         return 2
-    inputs, snapshot = resolve_inputs(args, console, recipe.source.kind)
-    if not inputs:
-        raise SystemExit("curate: no input files")
-    output = args.output or f"runs/{recipe.name}"
-    if os.path.isfile(output):
-        raise SystemExit(f"curate: --output {output!r} is a file; give a folder for the run")
     if args.ray_address:
-        from curation.ray_session import check_address
+        ray_session.check_address(args.ray_address)
+    plans = []
+    for recipe in recipes:
+        inputs, snapshot = resolve_inputs(args, console, recipe.source.kind)
+        if not inputs:
+            raise SystemExit(f"curate: no input files for {recipe.name}")
+        output = args.output or f"runs/{recipe.name}"
+        if os.path.isfile(output):
+            raise SystemExit(f"curate: --output {output!r} is a file; give a folder for the run")
+        unwritable = RunFolder.unwritable(output)  # before Ray starts: a minute of start-up to learn this is a waste
+        if unwritable:
+            raise SystemExit(f"curate: --output {output!r} is not writable: {unwritable}")
+        plans.append((recipe, inputs, snapshot, output))
+    started = ray_session.connect(args.ray_address, args.num_cpus, owner=plans[0][3])
+    try:
+        return max(run_recipe(args, console, *plan) for plan in plans)
+    finally:
+        ray_session.disconnect(started, owner=plans[0][3])
 
-        check_address(args.ray_address)
-    unwritable = RunFolder.unwritable(output)  # before Ray starts: a minute of start-up to learn this is a waste
-    if unwritable:
-        raise SystemExit(f"curate: --output {output!r} is not writable: {unwritable}")
+
+def run_recipe(args, console: Console, recipe, inputs: list[str], snapshot: str, output: str) -> int:
+    from curation import runner, stats
+
     console.print(f"recipe [bold]{recipe.name}[/] on {len(inputs)} file(s) of snapshot {snapshot} -> {output}")
     columns = [TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[unit]:<6}  {task.fields[docs]:>8,} docs  {task.fields[rate]:>7.0f} docs/s"), TimeElapsedColumn()]  # fmt: skip

@@ -21,7 +21,7 @@ from curation.io import disk_full, read_parquet, write_parquet_atomic
 from curation.recipe import Recipe
 from curation.run_folder import Manifest, RunFolder
 from curation.segment import SegmentTask, run_segment
-from filters import STAGES
+from filters import REPORT_NAMES, STAGES
 from filters.duplicates import DuplicateFilter
 
 
@@ -123,8 +123,8 @@ class _Scheduler:
 
     def remove_stale_reports(self) -> None:
         """The report file of a stage an earlier recipe had (e.g. decontamination.parquet), gone with its stage."""
-        current = {STAGES[spec.stage].report_name for spec in self.recipe.stages}
-        for name in {stage_class.report_name for stage_class in STAGES.values()} - current - {None}:
+        current = {REPORT_NAMES.get(spec.stage) for spec in self.recipe.stages}
+        for name in set(REPORT_NAMES.values()) - current:
             stale = self.folder.path(f"{name}.parquet")
             if self.folder.fs.exists(stale):
                 self.folder.fs.rm(stale)

@@ -12,7 +12,6 @@ A drop is counted as `<filter>/<reason>` with datatrove's reason names (e.g. `go
 import re
 import string
 import sys
-from contextlib import contextmanager
 from bisect import bisect_left
 from functools import cached_property
 
@@ -22,6 +21,7 @@ import pyarrow as pa
 import regex
 from pydantic import BaseModel, ConfigDict, Field
 
+from filters.bare_spacy import bare_spacy
 from filters.base import Annotation, Stage, StageParams
 
 # Unicode's Sentence_Terminal plus three Khmer signs: the set datatrove calls TERMINAL_PUNCTUATION (a newer Unicode
@@ -281,29 +281,13 @@ class Words:
         return int(_repeated_chars(self._joined, self.ends, n)) if len(self) >= n else 0
 
 
-@contextmanager
-def _torch_hidden():
-    """Imports inside see no torch. spaCy's thinc imports torch when it is installed (it is, for training), and
-    spacy.blank() loads the factories other packages register (Presidio's probes for a GPU with torch): ~200 MiB
-    and a second of start-up in every curation worker, for a tokenizer that never uses it. torch stays importable
-    afterwards."""
-    if "torch" in sys.modules:
-        yield
-        return
-    sys.modules["torch"] = None  # makes `import torch` raise ImportError
-    try:
-        yield
-    finally:
-        del sys.modules["torch"]
-
-
 class HeuristicFilters(Stage):
     name = "heuristics"
     Params = HeuristicsParams
     adds = {"text": pa.string()}
 
     def setup(self) -> None:
-        with _torch_hidden():
+        with bare_spacy():
             from spacy.pipeline import Sentencizer
 
         self.sentence_punct = frozenset(Sentencizer.default_punct_chars)
@@ -315,7 +299,7 @@ class HeuristicFilters(Stage):
         import spacy
         from spacy.attrs import IDX, IS_PUNCT, IS_SPACE, LENGTH, ORTH
 
-        with _torch_hidden():
+        with bare_spacy():
             self.nlp = spacy.blank("en")
         self.nlp.tokenizer.max_cache_size = VOCAB_LIMIT
         self.cached_chunks: set[str] = set()

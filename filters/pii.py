@@ -15,6 +15,7 @@ from typing import Literal
 import pyarrow as pa
 from pydantic import Field
 
+from filters.bare_spacy import bare_spacy
 from filters.base import Annotation, Stage, StageParams
 
 PATTERN_ENTITIES = ["EMAIL_ADDRESS", "PHONE_NUMBER", "IP_ADDRESS", "CREDIT_CARD", "IBAN_CODE", "US_SSN"]
@@ -185,16 +186,18 @@ class PiiScrubber(Stage):
     adds = {"text": pa.string(), "pii_counts": pa.map_(pa.string(), pa.int32())}
 
     def setup(self) -> None:
-        from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
+        with bare_spacy():  # Presidio's transformers engine is never used here
+            from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
+
+            registry = RecognizerRegistry(supported_languages=["en"])
+            registry.load_predefined_recognizers(languages=["en"], nlp_engine=None)
+            engine = offline_spacy_engine(self.params.ner_model)
         from presidio_anonymizer import AnonymizerEngine
         from presidio_anonymizer.entities import OperatorConfig
 
         offline_tld_list()
-        registry = RecognizerRegistry(supported_languages=["en"])
-        registry.load_predefined_recognizers(languages=["en"], nlp_engine=None)
         for recognizer in extra_recognizers():
             registry.add_recognizer(recognizer)
-        engine = offline_spacy_engine(self.params.ner_model)
         self.analyzer = AnalyzerEngine(nlp_engine=engine, registry=registry, supported_languages=["en"])
         self.anonymizer = AnonymizerEngine()
         substitutes = {"fineweb": FINEWEB_SUBSTITUTES, "code": CODE_SUBSTITUTES}.get(self.params.replacement, {})

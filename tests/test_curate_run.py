@@ -201,3 +201,22 @@ def test_the_cli_exits_1_naming_a_corrupt_file_among_good_ones_and_the_fixed_rer
     assert "resumed: 2 stage-shard(s)" in fixed.stdout and "done:" in fixed.stdout
     kept = pq.read_table(tmp_path / "run" / "01_dedup_exact")
     assert kept.num_rows == 7 and sorted(set(kept["text"].to_pylist())) == [f"document {i} of the corpus" for i in range(7)]
+
+
+def test_several_recipes_run_in_one_command_on_one_ray(tmp_path):
+    """`curate run A B` checks both recipes, then runs each on its built-in input into runs/<recipe> on a single local
+    Ray (Ray names each session folder after the process that started it); a flag naming one run's data is refused."""
+    refused = subprocess.run(CURATE + ["run", "text-corpus", "fineweb-snapshot", "--output", "x"], capture_output=True,
+                             text=True, cwd=tmp_path, timeout=600)  # fmt: skip
+    assert refused.returncode == 2 and "--output names one recipe's data" in refused.stderr
+    command = CURATE + ["run", "text-corpus", "fineweb-snapshot", "--max-files", "1", "--sample-pages", "30",
+                        "--sample-files", "1", "--num-cpus", "2"]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    log = process.communicate(timeout=600)[0]
+    assert process.returncode == 0, log
+    assert "done: runs/text-corpus" in log and "done: runs/fineweb-snapshot" in log
+    for name in ("text-corpus", "fineweb-snapshot"):
+        assert json.loads((tmp_path / "runs" / name / "stats.json").read_text())["stages"]
+    from ray._common.utils import get_default_ray_temp_dir
+
+    assert len(list(Path(get_default_ray_temp_dir()).glob(f"session_*_{process.pid}"))) == 1

@@ -74,3 +74,45 @@ def test_no_two_stages_write_the_same_column_but_text():
     assert len(parse_recipe(twice, "x.yaml").stages) == 2  # a stage used twice owns its columns
     assert {"exact_cluster", "exact_cluster_size"} <= set(STAGES["dedup_exact"].adds)
     assert {"near_cluster", "near_cluster_size"} <= set(STAGES["minhash"].adds)
+
+
+def test_the_stage_registry_names_every_stage_and_its_report():
+    """filters/__init__ names each stage's module, class and report without importing them; what it says must be
+    what the classes say."""
+    from filters import REPORT_NAMES, STAGES
+
+    assert len(STAGES) == 18 and "url_filter" in STAGES and "no_such_stage" not in STAGES
+    for name in STAGES:
+        stage_class = STAGES[name]
+        assert stage_class.name == name and stage_class.report_name == REPORT_NAMES.get(name)
+    with pytest.raises(KeyError):
+        STAGES["no_such_stage"]
+
+
+def test_a_process_imports_only_the_stages_of_its_recipe_and_spacy_without_torch(tmp_path):
+    """Loading a recipe imports its stages alone (the driver and every Ray worker do), and building the heuristics
+    and PII stages loads neither torch nor transformers nor other packages' spaCy plugins: each cost a worker seconds
+    and hundreds of MiB for code it never ran."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = (
+        "import sys\n"
+        "from curation.recipe import parse_recipe\n"
+        "recipe = parse_recipe({'name': 'x', 'stages': [{'stage': 'url_filter'}, {'stage': 'heuristics'}, {'stage': 'pii'}]}, 'x.yaml')\n"
+        "for index in range(3):\n"
+        "    recipe.build(index).ready()\n"
+        "print(sorted(m for m in sys.modules if m.startswith('filters.') and m.count('.') == 1))\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'presidio_analyzer'}))\n"
+        "import torch\n"  # still importable afterwards
+    )
+    root = str(Path(__file__).resolve().parents[1])
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": root})  # fmt: skip
+    lines = run.stdout.splitlines()
+    loaded = eval(lines[0])
+    assert {"filters.url_filter", "filters.heuristics", "filters.pii"} <= set(loaded)
+    assert not {"filters.decontam", "filters.code_signals", "filters.datatrove_step", "filters.license"} & set(loaded)
+    assert eval(lines[1]) == ["presidio_analyzer"]
