@@ -94,7 +94,7 @@ class ExtractParams(StageParams):
     max_html_bytes: int = Field(2_000_000, gt=0, description="larger pages are dropped as html_too_large")
     min_text_chars: int = Field(1, ge=0)
     trafilatura_fast: bool = Field(
-        False, description="trafilatura without its fallback extractors (jusText, readability): ~0.55-0.6x its CPU "
+        False, description="trafilatura without its fallback extractors (jusText, readability): 0.59-0.64x its CPU "
         "time; on the real WARC slices it keeps 50 of today's 53 pages (the 3 lost fail fineweb-snapshot's page "
         "filters anyway), see docs/benchmarks.md 'Trafilatura settings (issue 28)'",
     )  # fmt: skip
