@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from typing import Literal
 
 import pyarrow as pa
-from pydantic import Field
+from pydantic import Field, model_validator
 from resiliparse.parse.encoding import bytes_to_str, detect_encoding
 
 from filters.base import Annotation, Stage, StageParams
@@ -36,15 +36,15 @@ def _alarm(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
-def extract_text(backend: str, html: str) -> str | None:
+def extract_text(backend: str, html: str, fast: bool = False) -> str | None:
     """The main text of one page. trafilatura runs with deduplicate=False: its deduplicate=True (datatrove's setting)
     drops paragraphs seen in earlier calls of the process, so a page's text would depend on the pages before it (a
     duplicated record came out shortened, and neither dedup stage saw the duplicate); repeated text is the dedup
-    stages' job."""
+    stages' job. `fast`: trafilatura without its fallback extractors (ExtractParams.trafilatura_fast)."""
     if backend == "trafilatura":
         import trafilatura
 
-        return trafilatura.extract(html, favor_precision=True, include_comments=False, deduplicate=False)
+        return trafilatura.extract(html, favor_precision=True, include_comments=False, deduplicate=False, fast=fast)
     from resiliparse.extract.html2text import extract_plain_text
 
     return extract_plain_text(html, main_content=True)
@@ -57,12 +57,12 @@ class _ChildExtractor:
     def __init__(self):
         self.pool = None
 
-    def extract(self, backend: str, html: str, seconds: float) -> str | None:
+    def extract(self, backend: str, html: str, fast: bool, seconds: float) -> str | None:
         if self.pool is None:
             self.pool = multiprocessing.get_context("spawn").Pool(1)
             self.pool.apply(extract_text, (backend, "<p>warm-up</p>"))  # start-up and imports are not the page's time
         try:
-            return self.pool.apply_async(extract_text, (backend, html)).get(timeout=seconds)
+            return self.pool.apply_async(extract_text, (backend, html, fast)).get(timeout=seconds)
         except multiprocessing.TimeoutError:
             self.pool.terminate()
             self.pool = None
@@ -93,6 +93,17 @@ class ExtractParams(StageParams):
     timeout_s: float = Field(5.0, ge=0, description="per-document extraction limit; 0 disables it")
     max_html_bytes: int = Field(2_000_000, gt=0, description="larger pages are dropped as html_too_large")
     min_text_chars: int = Field(1, ge=0)
+    trafilatura_fast: bool = Field(
+        False, description="trafilatura without its fallback extractors (jusText, readability): 0.59-0.64x its CPU "
+        "time; on the real WARC slices it keeps 50 of today's 53 pages (the 3 lost fail fineweb-snapshot's page "
+        "filters anyway), see docs/benchmarks.md 'Trafilatura settings (issue 28)'",
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def fast_needs_trafilatura(self) -> "ExtractParams":
+        if self.trafilatura_fast and self.backend != "trafilatura":
+            raise ValueError(f"trafilatura_fast applies to backend trafilatura, not {self.backend}")
+        return self
 
 
 class HtmlExtractor(Stage):
@@ -108,13 +119,13 @@ class HtmlExtractor(Stage):
 
     def _extract_limited(self, html: str) -> str | None:
         """Within `timeout_s`: by SIGALRM on the main thread (Ray runs tasks there), else in a child process."""
-        seconds, backend = self.params.timeout_s, self.params.backend
+        seconds, backend, fast = self.params.timeout_s, self.params.backend, self.params.trafilatura_fast
         if seconds <= 0:
-            return extract_text(backend, html)
+            return extract_text(backend, html, fast)
         if threading.current_thread() is threading.main_thread():
             with _alarm(seconds):
-                return extract_text(backend, html)
-        return self._child.extract(backend, html, seconds)
+                return extract_text(backend, html, fast)
+        return self._child.extract(backend, html, fast, seconds)
 
     def _extract_one(self, payload: bytes | None, charset: str | None, text: str | None) -> tuple[str | None, str | None]:
         if payload is None:  # WET records arrive with text already extracted

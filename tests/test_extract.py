@@ -36,6 +36,26 @@ def test_main_text_without_boilerplate(backend):
     assert "html" not in result.kept.column_names
 
 
+def test_trafilatura_fast_skips_the_fallback_extractors():
+    """A page of bare divs: trafilatura's own pass finds nothing, its fallbacks find the text; fast mode skips them."""
+    page = (
+        "<html><body><div class='hero'><div>Common Crawl maintains a free, open repository of web crawl data that "
+        "can be used by anyone.</div><div>It is a non-profit founded in 2007 and makes wholesale extraction of open "
+        "web data accessible to researchers.</div></div></body></html>"
+    ).encode()
+    both = raw_table([(page, "utf-8", None), (ARTICLE.encode(), "utf-8", None)])
+    default = HtmlExtractor().process(both)
+    fast = HtmlExtractor(HtmlExtractor.Params(trafilatura_fast=True)).process(both)
+    assert default.kept["id"].to_pylist() == ["0", "1"] and "open repository" in default.kept["text"][0].as_py()
+    assert fast.kept["id"].to_pylist() == ["1"] and fast.dropped == {"empty_text": 1}
+    assert fast.kept["text"][0] == default.kept["text"][1]
+
+
+def test_trafilatura_fast_is_refused_for_resiliparse():
+    with pytest.raises(ValueError, match="trafilatura_fast applies to backend trafilatura"):
+        HtmlExtractor.Params(backend="resiliparse", trafilatura_fast=True)
+
+
 @pytest.mark.parametrize(
     "text, charset, declared",
     [
