@@ -125,7 +125,8 @@ def sample_plan(parts: list[Part], sample_bytes: int, seed: int, vocab_size: int
 
 
 def sample_texts(plan: dict, record: dict):
-    """The plan's documents (a part's in a seeded order, until its byte quota); fills `record` with what was taken."""
+    """The plan's documents (a part's in a seeded order, until its byte quota, the last one cut to fit: a tokenizer
+    learns as well from a document's start); fills `record` with what was taken."""
     rng = random.Random(plan["seed"])
     per_run = record.setdefault("runs", {})
     for run_dir, path, quota in plan["reads"]:
@@ -140,10 +141,13 @@ def sample_texts(plan: dict, record: dict):
         for text in texts:
             if quota is not None and used >= quota:
                 break
-            size = len(text.encode("utf-8"))
-            used += size
+            data = text.encode("utf-8")
+            if quota is not None and len(data) > quota - used:  # the last one's start: the quota is never overshot
+                data = data[: quota - used]
+                text = data.decode("utf-8", errors="ignore")
+            used += len(data)
             taken["documents"] += 1
-            taken["bytes"] += size
+            taken["bytes"] += len(data)
             yield text
     record["documents"] = sum(run["documents"] for run in per_run.values())
     record["bytes"] = sum(run["bytes"] for run in per_run.values())
