@@ -116,7 +116,8 @@ def main() -> None:
     measured([sys.executable, __file__, "floor", str(run), str(tokenizer)], log)
     floor_result = json.loads(log.read_text().strip().splitlines()[-1])
     tokens = floor_result["tokens"]
-    rows = [{"run": "floor: encode_batch, 1 process", "workers": 1, "wall_s": round(floor_result["encode_s"], 2), "peak_rss_mib": None}]
+    rows = [{"run": "floor: encode_batch, 1 process", "workers": 1, "tokens": tokens, "wall_s": round(floor_result["encode_s"], 2),
+             "peak_rss_mib": None}]  # fmt: skip
 
     def ours(folder: Path, workers: int, label: str) -> dict:
         shutil.rmtree(folder / "tokens", ignore_errors=True)  # a run from scratch, not a resume
@@ -133,29 +134,33 @@ def main() -> None:
         print(f"  {rows[-1]['run']}: {rows[-1]['wall_s']} s", flush=True)
         out = work / f"datatrove-{workers}"
         command = [args.anchor_python, __file__, "datatrove", str(run), str(out), str(tokenizer), str(workers)]
-        rows.append({"run": f"datatrove 0.10.1, {workers} worker(s)", "workers": workers, **measured(command, work / f"datatrove-{workers}.log")})
+        rows.append({"run": f"datatrove 0.10.1, {workers} worker(s)", "workers": workers, "tokens": tokens,
+                     **measured(command, work / f"datatrove-{workers}.log")})  # fmt: skip
         print(f"  {rows[-1]['run']}: {rows[-1]['wall_s']} s", flush=True)
+    print_table(rows)
     for multiple in [int(m) for m in args.scaling.split(",") if m]:
         scaled = make_run(work / f"run-{multiple}x", args.parts * multiple, args.part_mib, seed=multiple)
-        row = ours(scaled, 2, f"curate tokenize, 2 workers, {multiple}x input")
-        row["scale"] = multiple
-        rows.append(row)
-        print(f"  {row['run']}: {row['wall_s']} s", flush=True)
+        rows.append({**ours(scaled, 2, f"curate tokenize, 2 workers, {multiple}x input"), "scaled": True})
+        print(f"  {rows[-1]['run']}: {rows[-1]['wall_s']} s", flush=True)
+    if args.scaling:
+        print_table(rows)
 
-    floor_per_core = tokens / rows[0]["wall_s"]
-    print(f"\n{'run':<42}{'wall s':>8}{'tokens/s':>12}{'per core':>11}{'vs floor':>10}{'vs datatrove':>14}{'peak RSS':>12}")
+
+def print_table(rows: list[dict]) -> None:
+    """Per core: tokens / wall / workers; `vs datatrove` at the same workers and input."""
+    floor_per_core = rows[0]["tokens"] / rows[0]["wall_s"]
+    print(f"\n{'run':<42}{'tokens':>12}{'wall s':>8}{'tokens/s':>12}{'per core':>11}{'vs floor':>10}{'vs datatrove':>14}{'peak RSS':>12}")
     for row in rows:
-        count = tokens * row.get("scale", 1)
-        per_core = count / row["wall_s"] / row["workers"]
+        per_core = row["tokens"] / row["wall_s"] / row["workers"]
         anchor = next((r for r in rows if r["run"].startswith("datatrove") and r["workers"] == row["workers"]), None)
-        versus = f"{per_core / (tokens / anchor['wall_s'] / anchor['workers']):.2f}x" if anchor and "scale" not in row else ""
+        versus = f"{per_core / (anchor['tokens'] / anchor['wall_s'] / anchor['workers']):.2f}x" if anchor and not row.get("scaled") else ""
         rss = f"{row['peak_rss_mib']:,} MiB" if row["peak_rss_mib"] is not None else ""
-        print(f"{row['run']:<42}{row['wall_s']:>8.1f}{count / row['wall_s']:>12,.0f}{per_core:>11,.0f}"
+        print(f"{row['run']:<42}{row['tokens']:>12,}{row['wall_s']:>8.1f}{row['tokens'] / row['wall_s']:>12,.0f}{per_core:>11,.0f}"
               f"{per_core / floor_per_core:>9.2f}x{versus:>14}{rss:>12}")  # fmt: skip
-    print("\nours, steady state (tokens / summed task seconds, Ray start and the driver's work left out):")
+    print("\nours, steady state (tokens / summed task seconds: Ray's start and the driver's work left out):")
     for row in rows:
         if "task_s" in row:
-            rate = tokens * row.get("scale", 1) / row["task_s"]
+            rate = row["tokens"] / row["task_s"]
             print(f"  {row['run']}: {rate:,.0f} tokens/s per core, {rate / floor_per_core:.2f}x the floor")
 
 
