@@ -1,7 +1,7 @@
 """`curate tokenize` vs datatrove's DocumentTokenizer vs HF `tokenizers` alone, same tokenizer, same curated parts.
 
     python benchmarks/tokenize_vs_datatrove.py [--parts 8] [--part-mib 2] [--scaling 2,4,8]
-        [--anchor-python ../main/.venv-anchor/bin/python] [--keep WORKDIR]
+        [--anchor-python .venv-anchor/bin/python] [--keep WORKDIR]
 
 Input: a curated run folder (manifest + final-stage parts: id, source, text) written here from
 ../shared/data/langid/sentences (real sentences, 32 languages): each document 10-80 sentences of one language, drawn
@@ -93,10 +93,13 @@ def main() -> None:
     parser.add_argument("--parts", type=int, default=8)
     parser.add_argument("--part-mib", type=float, default=2.0)
     parser.add_argument("--scaling", default="2,4,8", help="input multiples for ours at 2 workers (empty: none)")
-    parser.add_argument("--anchor-python", default=str(ROOT.parent / "main" / ".venv-anchor" / "bin" / "python"),
-                        help="a Python with datatrove[io,processing]==0.10.1")  # fmt: skip
+    parser.add_argument("--anchor-python", default=str(ROOT / ".venv-anchor" / "bin" / "python"),
+                        help="a Python with datatrove[io,processing]==0.10.1 (see benchmarks/README.md)")  # fmt: skip
     parser.add_argument("--keep", default=None, help="work folder to keep (default: a temporary one)")
     args = parser.parse_args()
+    if not Path(args.anchor_python).is_file():
+        raise SystemExit(f"no anchor Python at {args.anchor_python}: python -m venv .venv-anchor && "
+                         ".venv-anchor/bin/pip install 'datatrove[io,processing]==0.10.1'")  # fmt: skip
     sys.path.insert(0, str(ROOT))
     from benchmarks.curate_vs_datatrove import measured
     from curation.tokenize import train_tokenizer
