@@ -131,8 +131,12 @@ def sample_texts(plan: dict, record: dict):
     per_run = record.setdefault("runs", {})
     for run_dir, path, quota in plan["reads"]:
         fs, _ = fsspec.core.url_to_fs(run_dir)
-        with fs.open(path, "rb") as handle:
-            texts = pq.read_table(handle, columns=["text"])["text"].to_pylist()
+        try:
+            with fs.open(path, "rb") as handle:
+                texts = pq.read_table(handle, columns=["text"])["text"].to_pylist()
+        except (OSError, pa.ArrowException) as error:
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise ValueError(f"{path}: its text could not be read for the tokenizer's sample: {reason}") from None
         if quota is not None:
             rng.shuffle(texts)
         taken = per_run.setdefault(run_dir, {"documents": 0, "bytes": 0, "parts": 0})

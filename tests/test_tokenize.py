@@ -14,7 +14,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from curation.cli import main
-from curation.tokenize import EOS, TOKENIZER_FILE
+from curation.tokenize import EOS, TOKENIZER_FILE, train_tokenizer
 
 
 def curated_run(folder, source: str, texts: list[str], parts: int = 1):
@@ -222,3 +222,19 @@ def test_tokenize_killed_mid_run_resumes_to_the_output_of_an_uninterrupted_run(t
             assert ours[name] == theirs[name], name
     ids = [i for path in sorted((tmp_path / "killed" / "tokens").glob("part-*.parquet")) for i in pq.read_table(path)["id"].to_pylist()]
     assert sorted(ids) == sorted(f"web-{i}" for i in range(len(texts)))
+
+
+def test_an_unreadable_part_fails_alone_with_one_line_naming_it(tmp_path, capsys):
+    web = curated_run(tmp_path / "web", "web", prose(1), parts=3)
+    (tmp_path / "web" / "01_last" / "part-00001.parquet").write_bytes(b"not parquet at all")
+    assert main(["tokenize", web, "--vocab-size", "300"]) == 2  # the tokenizer's sample reads it first
+    assert "part-00001.parquet: its text could not be read for the tokenizer's sample" in capsys.readouterr().err
+    tokenizer = tmp_path / "given.json"
+    tokenizer.write_text(train_tokenizer(prose(1), 300).to_str())
+    assert main(["tokenize", web, "--tokenizer", str(tokenizer), "--num-cpus", "1"]) == 1
+    out = capsys.readouterr().out
+    failed = [line for line in out.splitlines() if "failed" in line]
+    assert len(failed) == 2 and "part part-00001.parquet failed:" in failed[0] and "1 part(s) failed" in failed[1]
+    tokens = tmp_path / "web" / "tokens"
+    assert sorted(p.name for p in tokens.glob("part-*.parquet")) == ["part-00000.parquet", "part-00002.parquet"]
+    assert not (tokens / "stats.json").exists()  # the run is not finished
