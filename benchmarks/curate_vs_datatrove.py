@@ -14,8 +14,9 @@ Every command runs alone, as a subprocess, Ray start and stop included. Printed 
 seconds of every stage summed over its tasks, dedup passes included, divided by the workers: what the run would take
 with no start-up, no idle worker and nothing between tasks) and wall/floor; input pages/s; peak RSS summed over the
 command's whole process tree (Ray's own processes included, sampled 5 times a second), and at that peak the RSS of
-the driver, of Ray's own processes and of each worker; documents kept and seconds per stage summed over tasks. From
-the runs at 1 and 2 workers, each side's memory is split into a fixed part and a part per worker (RSS(2) - RSS(1)).
+the driver, of Ray's own processes and of each worker; the same for PSS (shared pages split between the processes
+that map them, so shared libraries count once); documents kept and seconds per stage summed over tasks. From the runs
+at 1 and 2 workers, each side's memory is split into a fixed part and a part per worker (peak(2) - peak(1)).
 `--scaling` adds our resiliparse run at other sizes (2,000 pages per file, at least one file per worker), where
 pages/s should hold and peak memory stay flat.
 """
@@ -59,32 +60,41 @@ def role(process: psutil.Process, driver: int) -> str:
 
 
 class PeakByRole:
-    """The RSS by role of a process tree at the sample where their sum was largest."""
+    """The RSS by role of a process tree at the sample where their sum was largest, and the same for PSS (each
+    shared page counted once, split between the processes mapping it: shared libraries, forked or memory-mapped
+    pages), the fairer sum over processes that share code."""
 
     def __init__(self, pid: int, interval: float = 0.2):
-        self.pid, self.interval, self.peak, self.at_peak = pid, interval, 0, {}
+        self.pid, self.interval = pid, interval
+        self.peak, self.at_peak, self.pss_peak, self.pss_at_peak = 0, {}, 0, {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
 
-    def sample(self) -> dict[str, int]:
-        by_role: dict[str, int] = defaultdict(int)
+    def sample(self) -> tuple[dict[str, int], dict[str, int]]:
+        rss: dict[str, int] = defaultdict(int)
+        pss: dict[str, int] = defaultdict(int)
         try:
             root = psutil.Process(self.pid)
             for process in [root, *root.children(recursive=True)]:
                 try:
-                    by_role[role(process, self.pid)] += process.memory_info().rss
+                    memory = process.memory_full_info()
+                    name = role(process, self.pid)
+                    rss[name] += memory.rss
+                    pss[name] += memory.pss
                 except psutil.Error:
                     continue
         except psutil.Error:
             pass
-        return by_role
+        return rss, pss
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
-            by_role = self.sample()
-            if sum(by_role.values()) > self.peak:
-                self.peak, self.at_peak = sum(by_role.values()), dict(by_role)
+            rss, pss = self.sample()
+            if sum(rss.values()) > self.peak:
+                self.peak, self.at_peak = sum(rss.values()), dict(rss)
+            if sum(pss.values()) > self.pss_peak:
+                self.pss_peak, self.pss_at_peak = sum(pss.values()), dict(pss)
 
     def stop(self) -> dict[str, int]:
         self._stop.set()
@@ -112,7 +122,9 @@ def measured(command: list[str], log: Path) -> dict:
     wall, at_peak = time.perf_counter() - started, sampler.stop()
     if code:
         raise SystemExit(f"{' '.join(command)} exited {code}:\n{log.read_text()[-3000:]}")
-    return {"wall_s": round(wall, 2), "peak_rss_mib": round(sum(at_peak.values()) / 2**20), **split_roles(at_peak)}
+    pss = {f"pss_{key}": value for key, value in split_roles(sampler.pss_at_peak).items()}
+    return {"wall_s": round(wall, 2), "peak_rss_mib": round(sampler.peak / 2**20), **split_roles(at_peak),
+            "peak_pss_mib": round(sampler.pss_peak / 2**20), **pss}  # fmt: skip
 
 
 def make_input(folder: Path, pages: int, files: int, anchor_python: str) -> str:
@@ -194,16 +206,18 @@ def print_table(rows: list[dict]) -> None:
         print(f"{row['run']:<36}{row['workers']:>8}{row['pages']:>7,}{row['wall_s']:>8.1f}{row['floor_s']:>8.1f}"
               f"{row['wall_s'] / row['floor_s']:>10.2f}x{row['pages'] / row['wall_s']:>8.0f}{speed:>13}"
               f"{row['peak_rss_mib']:>7,} MiB{memory:>6}{row['kept']:>7,}")  # fmt: skip
-    print("\nat each run's peak: driver / Ray's own processes / each worker, MiB")
-    for row in rows:
-        print(f"  {row['run']}, {row['workers']} worker(s): driver {row['driver_mib']}, Ray {row['ray_mib']}, "
-              f"workers {row['worker_mib']}")  # fmt: skip
-    print("\nmemory, fixed and per worker (from the same run at 1 and 2 workers: per worker = RSS(2) - RSS(1)):")
-    for name in dict.fromkeys(row["run"] for row in rows):
-        by_workers = {row["workers"]: row["peak_rss_mib"] for row in rows if row["run"] == name}
-        if {1, 2} <= set(by_workers):
-            per_worker = by_workers[2] - by_workers[1]
-            print(f"  {name}: fixed {by_workers[1] - per_worker:,} MiB, per worker {per_worker:,} MiB")
+    for metric in ("rss", "pss"):
+        prefix = "" if metric == "rss" else "pss_"
+        print(f"\nat each run's peak {metric.upper()}: driver / Ray's own processes / each worker, MiB")
+        for row in rows:
+            print(f"  {row['run']}, {row['workers']} worker(s): peak {row[f'peak_{metric}_mib']:,}: driver "
+                  f"{row[f'{prefix}driver_mib']}, Ray {row[f'{prefix}ray_mib']}, workers {row[f'{prefix}worker_mib']}")  # fmt: skip
+        print(f"memory ({metric.upper()}), fixed and per worker, from the runs at 1 and 2 workers (per worker = peak(2) - peak(1)):")
+        for name in dict.fromkeys(row["run"] for row in rows):
+            by_workers = {row["workers"]: row[f"peak_{metric}_mib"] for row in rows if row["run"] == name}
+            if {1, 2} <= set(by_workers):
+                per_worker = by_workers[2] - by_workers[1]
+                print(f"  {name}: fixed {by_workers[1] - per_worker:,} MiB, per worker {per_worker:,} MiB")
     print("\nseconds per stage, summed over tasks:")
     for row in rows:
         top = sorted(row["stage_seconds"].items(), key=lambda item: -item[1])

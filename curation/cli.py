@@ -72,10 +72,14 @@ def _parser(more: dict | None = None) -> argparse.ArgumentParser:
         "tokenize",
         help="tokenize runs' curated text into token shards for `train`, all with one tokenizer",
         description="Writes RUN/tokens/part-*.parquet (id, source, tokens, n_tokens), tokenizer.json and stats.json "
-        "(documents and tokens per source) for every RUN. Without --tokenizer one byte-level BPE is trained on the "
-        "curated text of all of them, so the runs of one mixture (web, code, rest) can be tokenized in one command. "
-        "It reads the final stage of the recipe each RUN was last run with. Read the parts by their glob "
-        "(RUN/tokens/part-*.parquet): the JSON files lie beside them.",
+        "(documents and tokens per source) for every RUN, one Ray task per curated part (a local Ray unless "
+        "--ray-address). Without --tokenizer one byte-level BPE is trained on a seeded sample of the curated text of "
+        "all of them (at most --tokenizer-sample-bytes, from runs and sources in proportion to their size; recorded in "
+        "RUN/tokens/tokenizer_sample.json and reused by a rerun), so the runs of one mixture (web, code, rest) can be "
+        "tokenized in one command. It reads the final stage of the recipe each RUN was last run with. A rerun skips "
+        "the parts already done (their stats are in RUN/tokens/parts/), so a killed run resumes; token parts of inputs "
+        "a run no longer has are deleted. Read the parts by their glob (RUN/tokens/part-*.parquet): the JSON files lie "
+        "beside them.",
     )
     tokenize.add_argument("output", nargs="+", help="folders written by `curate run`")
     tokenize.add_argument("--tokenizer", help="an HF tokenizers tokenizer.json to use (must have <|endoftext|>)")
@@ -83,6 +87,11 @@ def _parser(more: dict | None = None) -> argparse.ArgumentParser:
     tokenize.add_argument("--validation-fraction", type=float, dest="validation_fraction",
                           help="documents held out for validation loss, chosen by a hash of their id (column `split`); "
                           "`train` never trains on them (default: 1 in 100)")  # fmt: skip
+    tokenize.add_argument("--tokenizer-sample-bytes", type=positive_int, default=64 * 2**20, metavar="BYTES",
+                          help="text a newly trained tokenizer is trained on at most (default: 64 MiB)")  # fmt: skip
+    tokenize.add_argument("--tokenizer-sample-seed", type=int, default=0, metavar="SEED", help="seed of that sample")
+    tokenize.add_argument("--ray-address", help="join an existing Ray cluster (as `curate run --ray-address`)")
+    tokenize.add_argument("--num-cpus", type=positive_int, help="CPUs of the local Ray cluster (default: all)")
 
     quality = commands.add_parser("quality", help="train or evaluate a fastText quality classifier")
     quality_commands = quality.add_subparsers(dest="quality_command", required=True)
@@ -369,22 +378,62 @@ def cmd_tokenize(args) -> int:
 
     from curation.tokenize import tokenize_runs
 
-    try:
-        held_out = {} if args.validation_fraction is None else {"validation_fraction": args.validation_fraction}
-        runs = tokenize_runs(args.output, args.tokenizer, args.vocab_size, **held_out)
-    except (FileNotFoundError, ValueError) as error:
-        print(f"curate: {error}", file=sys.stderr)
-        return 2
-    vocabulary = next(iter(runs.values()))["vocab_size"]
-    table = Table(title=f"Tokens (one tokenizer, vocabulary {vocabulary:,})")
-    for column in ("run", "source", "documents", "tokens", "held out: documents", "held out: tokens"):
-        table.add_column(column, justify="left" if column in ("run", "source") else "right")
-    for run_dir, stats in runs.items():
-        for source, counts in stats["sources"].items():
-            table.add_row(f"{run_dir}/tokens", source, f"{counts['documents']:,}", f"{counts['tokens']:,}",
-                          f"{counts['validation_documents']:,}", f"{counts['validation_tokens']:,}")  # fmt: skip
-    make_console().print(table)
+    console = make_console()
+    if args.ray_address:
+        from curation.ray_session import check_address
+
+        check_address(args.ray_address)
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("parts  {task.fields[tokens]:>13,} tokens  {task.fields[rate]:>10,.0f} tokens/s"), TimeElapsedColumn()]  # fmt: skip
+    with Progress(*columns, console=console) as progress:
+        bars = PartProgress(progress)
+        try:
+            held_out = {} if args.validation_fraction is None else {"validation_fraction": args.validation_fraction}
+            result = tokenize_runs(args.output, args.tokenizer, args.vocab_size, sample_bytes=args.tokenizer_sample_bytes,
+                                   seed=args.tokenizer_sample_seed, ray_address=args.ray_address, num_cpus=args.num_cpus,
+                                   on_start=bars.start, on_part=bars, **held_out)  # fmt: skip
+        except (FileNotFoundError, ValueError) as error:
+            print(f"curate: {error}", file=sys.stderr)
+            return 2
+    console.print(f"tokenizer: {result.tokenizer}", soft_wrap=True)
+    if result.skipped:
+        console.print(f"resumed: {result.skipped} part(s) were already tokenized and skipped")
+    if result.removed:
+        console.print(f"deleted {len(result.removed)} token part(s) of inputs the runs no longer have", soft_wrap=True)
+    if result.stats:
+        vocabulary = next(iter(result.stats.values()))["vocab_size"]
+        table = Table(title=f"Tokens (one tokenizer, vocabulary {vocabulary:,})")
+        for column in ("run", "source", "documents", "tokens", "held out: documents", "held out: tokens"):
+            table.add_column(column, justify="left" if column in ("run", "source") else "right")
+        for run_dir, stats in result.stats.items():
+            for source, counts in stats["sources"].items():
+                table.add_row(f"{run_dir}/tokens", source, f"{counts['documents']:,}", f"{counts['tokens']:,}",
+                              f"{counts['validation_documents']:,}", f"{counts['validation_tokens']:,}")  # fmt: skip
+        console.print(table)
+    for failure in result.failures:
+        console.print(f"[red]failed[/] {failure}", soft_wrap=True)
+    if result.failures:
+        console.print(f"[red]{len(result.failures)} part(s) failed; rerun the same command to retry them[/]")
+        return 1
     return 0
+
+
+class PartProgress:
+    """A rich bar per run: parts done/total, tokens and tokens per second."""
+
+    def __init__(self, progress: Progress):
+        self.progress, self.started, self.bars, self.tokens = progress, time.perf_counter(), {}, {}
+
+    def start(self, parts_per_run: dict[str, int]) -> None:
+        for run_dir, parts in parts_per_run.items():
+            self.tokens[run_dir] = 0
+            self.bars[run_dir] = self.progress.add_task(run_dir, total=parts, tokens=0, rate=0.0)
+
+    def __call__(self, run_dir: str, part_stats: dict | None) -> None:
+        if part_stats:
+            self.tokens[run_dir] += sum(counts["tokens"] for counts in part_stats["sources"].values())
+        rate = self.tokens[run_dir] / max(1e-9, time.perf_counter() - self.started)
+        self.progress.update(self.bars[run_dir], advance=1, tokens=self.tokens[run_dir], rate=rate)
 
 
 def cmd_quality(args) -> int:

@@ -37,8 +37,9 @@ def _write_then_rename(fs, path: str, mode: str, write) -> None:
     _rename(fs, tmp, path)
 
 
-def write_parquet_atomic(fs, path: str, table: pa.Table) -> None:
-    _write_then_rename(fs, path, "wb", lambda handle: pq.write_table(table, handle, compression="zstd"))
+def write_parquet_atomic(fs, path: str, table: pa.Table, **options) -> None:
+    """`options`: more of pq.write_table's (e.g. use_dictionary for the columns where it pays)."""
+    _write_then_rename(fs, path, "wb", lambda handle: pq.write_table(table, handle, compression="zstd", **options))
 
 
 class ParquetPartWriter:

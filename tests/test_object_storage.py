@@ -109,3 +109,20 @@ def test_curate_killed_on_s3_resumes_to_a_local_runs_output_and_trains_there(s3,
     run("training", "--mixture", "s3.yaml", "--config", "settings.yaml", "--steps", "3", "--out", "trained", env=env, cwd=tmp_path)
     metrics = [json.loads(line) for line in (tmp_path / "trained" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics if "loss" in m][-1] == 3
+
+
+def test_tokenize_on_s3_writes_the_parts_a_local_run_writes_and_a_rerun_skips_them(s3, tmp_path):
+    """A curated run folder on S3 tokenized on Ray (workers open the parts there), then again: nothing redone."""
+    from tests.test_tokenize import curated_run, prose
+
+    env, fs, bucket = s3
+    local = Path(curated_run(tmp_path / "local", "web", prose(2), parts=6))
+    fs.put(str(local), f"{bucket}/tok", recursive=True)
+    command = ("curation", "tokenize", "--vocab-size", "500", "--num-cpus", "2")
+    run(*command, str(local), env=env)
+    run(*command, "--tokenizer", str(local / "tokens" / "tokenizer.json"), f"s3://{bucket}/tok", env=env)
+    stats = json.loads(fs.cat(f"{bucket}/tok/tokens/stats.json"))
+    assert stats == json.loads((local / "tokens" / "stats.json").read_text())  # shards' bytes and sha256 included
+    assert len(fs.glob(f"{bucket}/tok/tokens/parts/part-*.json")) == 6 and not [p for p in fs.find(bucket) if ".tmp-" in p]
+    again = run(*command, "--tokenizer", str(local / "tokens" / "tokenizer.json"), f"s3://{bucket}/tok", env=env)
+    assert "resumed: 6 part(s) were already tokenized and skipped" in again.stdout

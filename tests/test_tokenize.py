@@ -1,21 +1,35 @@
 """`curate tokenize` over several runs: one tokenizer trained on all of them, every run's shards made with it."""
 
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from tokenizers import Tokenizer
 
 from curation.cli import main
-from curation.tokenize import EOS, TOKENIZER_FILE
+from curation.tokenize import EOS, TOKENIZER_FILE, train_tokenizer
 
 
-def curated_run(folder, source: str, texts: list[str]):
-    (folder / "01_last").mkdir(parents=True)
-    manifest = {"recipe": {"stages": [{"stage": "last"}]}, "inputs": ["in.warc.gz"], "stages": {"00_read": {}, "01_last": {"shards": {"0": {}}}}}
+def curated_run(folder, source: str, texts: list[str], parts: int = 1):
+    """A finished `curate run` folder whose final stage holds `texts` in `parts` parts (round robin)."""
+    (folder / "01_last").mkdir(parents=True, exist_ok=True)
+    for old in (folder / "01_last").glob("part-*.parquet"):
+        old.unlink()
+    shards = {str(i): {} for i in range(parts)}
+    manifest = {"recipe": {"stages": [{"stage": "last"}]}, "inputs": [f"in-{i}.warc.gz" for i in range(parts)],
+                "stages": {"00_read": {}, "01_last": {"shards": shards}}}  # fmt: skip
     (folder / "manifest.json").write_text(json.dumps(manifest))
     ids = [f"{source}-{i}" for i in range(len(texts))]
-    pq.write_table(pa.table({"id": ids, "source": [source] * len(texts), "text": texts}), folder / "01_last" / "part-00000.parquet")
+    for part in range(parts):
+        rows = {"id": ids[part::parts], "source": [source] * len(ids[part::parts]), "text": texts[part::parts]}
+        pq.write_table(pa.table(rows), folder / "01_last" / f"part-{part:05d}.parquet")
     return str(folder)
 
 
@@ -97,3 +111,130 @@ def test_train_refuses_a_shard_changed_truncated_or_added_after_tokenize(tmp_pat
         load_mixture(str(tmp_path / "mix.yaml")).check_shards_intact()
     (tokens / "part-00002.parquet").unlink()
     load_mixture(str(tmp_path / "mix.yaml")).check_shards_intact()
+
+
+def prose(copies: int) -> list[str]:
+    """Real prose with code in it (Python's own help topics, 79 documents, 465 kB), `copies` times over, numbered."""
+    import pydoc_data.topics
+
+    return [f"{text}\n({copy})" for copy in range(copies) for text in pydoc_data.topics.topics.values()]
+
+
+def files_of(folder) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def sha256_of(path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.slow
+def test_one_task_per_part_on_both_workers_then_a_rerun_skips_them_and_a_smaller_input_drops_its_parts(tmp_path, capsys):
+    texts = prose(4)
+    web = curated_run(tmp_path / "web", "web", texts, parts=32)
+    args = ["tokenize", web, "--vocab-size", "600", "--num-cpus", "2"]
+    assert main(args) == 0
+    tokens = tmp_path / "web" / "tokens"
+    part_stats = [json.loads(path.read_text()) for path in sorted((tokens / "parts").glob("part-*.json"))]
+    assert [s["part"] for s in part_stats] == [f"part-{i:05d}.parquet" for i in range(32)]
+    assert len({s["worker_pid"] for s in part_stats}) >= 2, "one worker ran every part"
+    stats = json.loads((tokens / "stats.json").read_text())
+    for s in part_stats:
+        shard = tokens / s["part"]
+        assert s["shard"] == stats["shards"][s["part"]] == {"bytes": shard.stat().st_size, "sha256": sha256_of(shard)}
+        assert s["sources"]["web"]["documents"] == pq.read_metadata(shard).num_rows
+        assert s["sources"]["web"]["documents"] == pq.read_metadata(tmp_path / "web" / "01_last" / s["part"]).num_rows
+        assert s["tokenizer_sha256"] == sha256_of(tokens / TOKENIZER_FILE)
+    ids = [i for path in sorted(tokens.glob("part-*.parquet")) for i in pq.read_table(path)["id"].to_pylist()]
+    assert sorted(ids) == sorted(f"web-{i}" for i in range(len(texts)))
+    assert stats["sources"]["web"]["documents"] == len(texts)
+    assert stats["sources"]["web"]["tokens"] == sum(s["sources"]["web"]["tokens"] for s in part_stats)
+    capsys.readouterr()
+
+    before = files_of(tokens)
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "resumed: 32 part(s) were already tokenized and skipped" in out and "reused tokenizer_sample.json" in out
+    assert files_of(tokens) == before
+
+    curated_run(tmp_path / "web", "web", texts[:200], parts=24)  # curated again, from less input
+    assert main(args) == 0
+    assert "deleted 8 token part(s)" in capsys.readouterr().out
+    stats = json.loads((tokens / "stats.json").read_text())
+    assert sorted(stats["shards"]) == sorted(p.name for p in tokens.glob("part-*.parquet")) == [f"part-{i:05d}.parquet" for i in range(24)]
+    assert len(list((tokens / "parts").glob("*.json"))) == 24
+    assert stats["sources"]["web"]["documents"] == 200  # every part redone: its input changed
+
+
+def test_the_tokenizer_is_trained_on_a_bounded_sample_in_proportion_to_each_run(tmp_path, capsys):
+    web = curated_run(tmp_path / "web", "web", prose(6), parts=6)
+    code = curated_run(tmp_path / "code", "code", [f"def zebrafish_{i}(x):\n    return zebrafish_{i}(x - 1) * {i}\n" * 40 for i in range(900)], parts=3)
+    assert main(["tokenize", web, code, "--vocab-size", "400", "--tokenizer-sample-bytes", "60000", "--num-cpus", "1"]) == 0
+    record = json.loads((tmp_path / "web" / "tokens" / "tokenizer_sample.json").read_text())
+    assert (tmp_path / "code" / "tokens" / "tokenizer_sample.json").read_text() == json.dumps(record, indent=1, sort_keys=True)
+    assert 0.9 * 60000 <= record["bytes"] <= 60000 and record["plan"]["seed"] == 0
+    assert record["tokenizer_sha256"] == sha256_of(tmp_path / "web" / "tokens" / TOKENIZER_FILE)
+    sizes = {name: sum(p.stat().st_size for p in (tmp_path / name / "01_last").glob("*.parquet")) for name in ("web", "code")}
+    taken = {name: record["runs"][str(tmp_path / name)]["bytes"] for name in ("web", "code")}
+    assert 0.8 < (taken["web"] / taken["code"]) / (sizes["web"] / sizes["code"]) < 1.25, (taken, sizes)
+    assert record["documents"] == sum(run["documents"] for run in record["runs"].values()) < 900 + 6 * 79
+    tokenizer = tmp_path / "given.json"
+    tokenizer.write_text((tmp_path / "web" / "tokens" / TOKENIZER_FILE).read_text())
+    assert main(["tokenize", web, "--tokenizer", str(tokenizer), "--num-cpus", "1"]) == 0
+    assert not (tmp_path / "web" / "tokens" / "tokenizer_sample.json").exists()  # it described another tokenizer's origin
+    assert "resumed: 6 part(s)" in capsys.readouterr().out  # the same tokenizer: nothing to redo
+
+
+@pytest.mark.slow
+def test_tokenize_killed_mid_run_resumes_to_the_output_of_an_uninterrupted_run(tmp_path):
+    """SIGKILL to the driver's process group (the driver and its Ray) once some parts are written, as the curation
+    chaos test does; the rerun skips them and ends with the same token parts and stats as a run never killed."""
+    texts = prose(10)
+    whole, killed = (curated_run(tmp_path / name, "web", texts, parts=16) for name in ("whole", "killed"))
+    command = [sys.executable, "-m", "curation", "tokenize", "--vocab-size", "600", "--num-cpus", "2",
+               "--tokenizer-sample-bytes", "200000"]  # fmt: skip
+    done = subprocess.run(command + [whole], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    parts = tmp_path / "killed" / "tokens" / "parts"
+    process = subprocess.Popen(command + [killed], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and process.poll() is None and len(list(parts.glob("*.json"))) < 2:
+        time.sleep(0.02)
+    assert process.poll() is None, "the run finished before the kill: give it more input"
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    finished = len(list(parts.glob("*.json")))
+    assert 2 <= finished < 16 and not (tmp_path / "killed" / "tokens" / "stats.json").exists()
+    rerun = subprocess.run(command + [killed], capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    skipped = int(re.search(r"resumed: (\d+) part", rerun.stdout).group(1))
+    assert finished <= skipped < 16 and "reused tokenizer_sample.json" in rerun.stdout  # a task in flight may end after the kill
+    ours, theirs = files_of(tmp_path / "killed" / "tokens"), files_of(tmp_path / "whole" / "tokens")
+    assert sorted(ours) == sorted(theirs) and not [name for name in ours if ".tmp-" in name]
+    for name in ours:
+        if name.startswith("parts/"):
+            volatile = ("worker_pid", "seconds", "input")  # input: the other folder's part, same name and size
+            mine, other = (json.loads(files[name]) for files in (ours, theirs))
+            assert {k: v for k, v in mine.items() if k not in volatile} == {k: v for k, v in other.items() if k not in volatile}
+        elif name != "tokenizer_sample.json":  # it names its runs' folders
+            assert ours[name] == theirs[name], name
+    ids = [i for path in sorted((tmp_path / "killed" / "tokens").glob("part-*.parquet")) for i in pq.read_table(path)["id"].to_pylist()]
+    assert sorted(ids) == sorted(f"web-{i}" for i in range(len(texts)))
+
+
+def test_an_unreadable_part_fails_alone_with_one_line_naming_it(tmp_path, capsys):
+    web = curated_run(tmp_path / "web", "web", prose(1), parts=3)
+    (tmp_path / "web" / "01_last" / "part-00001.parquet").write_bytes(b"not parquet at all")
+    assert main(["tokenize", web, "--vocab-size", "300"]) == 2  # the tokenizer's sample reads it first
+    assert "part-00001.parquet: its text could not be read for the tokenizer's sample" in capsys.readouterr().err
+    tokenizer = tmp_path / "given.json"
+    tokenizer.write_text(train_tokenizer(prose(1), 300).to_str())
+    assert main(["tokenize", web, "--tokenizer", str(tokenizer), "--num-cpus", "1"]) == 1
+    out = capsys.readouterr().out
+    failed = [line for line in out.splitlines() if "failed" in line]
+    assert len(failed) == 2 and "part part-00001.parquet failed:" in failed[0] and "1 part(s) failed" in failed[1]
+    tokens = tmp_path / "web" / "tokens"
+    assert sorted(p.name for p in tokens.glob("part-*.parquet")) == ["part-00000.parquet", "part-00002.parquet"]
+    assert not (tokens / "stats.json").exists()  # the run is not finished
