@@ -83,12 +83,12 @@ def _pass_task_on_node(ctx: dedup.PassContext, step: str, *args) -> dict:
     return {**dedup.run_task(ctx, step, *args), "node": _node()}
 
 
-def _ray_error(error: Exception) -> Exception:
+def ray_task_error(error: Exception) -> Exception:
     """The exception a task raised, out of Ray's wrapper."""
     return getattr(error, "cause", None) or error
 
 
-def _last_line(error: Exception) -> str:
+def last_line(error: Exception) -> str:
     return (str(error).strip().splitlines() or [repr(error)])[-1]
 
 
@@ -184,9 +184,9 @@ class _Scheduler:
             try:
                 stage_stats = ray.get(ready[0])
             except Exception as error:
-                cause = _ray_error(error)
+                cause = ray_task_error(error)
                 stage_dir = getattr(cause, "stage_dir", self.stage_dirs[task.first])
-                why = getattr(cause, "reason", None) or _last_line(cause)  # the stage, shard and input are fields already
+                why = getattr(cause, "reason", None) or last_line(cause)  # the stage, shard and input are fields already
                 self.result.failures.append(ShardFailure(stage_dir, task.shard, task.input, why))
                 continue
             for stage, shard_stats in zip(range(task.first, task.last + 1), stage_stats):
@@ -242,8 +242,8 @@ class _Scheduler:
                 try:
                     done[str(task)] = ray.get(ready[0])
                 except Exception as error:
-                    cause = _ray_error(error)
-                    why = disk_full(cause, self.folder.root) or _last_line(cause)
+                    cause = ray_task_error(error)
+                    why = disk_full(cause, self.folder.root) or last_line(cause)
                     raise dedup.PassFailed(f"step {name}, task {task} failed: {why}") from None
                 self.manifest.save()
                 if self.on_step:

@@ -417,7 +417,7 @@ def _tokenize_on_worker(task: PartTask) -> dict:
 def _run_tasks(todo: list[PartTask], done: dict, result: TokenizeResult, on_part) -> None:
     import ray
 
-    from curation.runner import _last_line, _ray_error
+    from curation.runner import last_line, ray_task_error
 
     remote = ray.remote(_tokenize_on_worker).options(num_cpus=1, max_retries=TASK_RETRIES)
     pending = {remote.remote(task): task for task in todo}
@@ -427,7 +427,7 @@ def _run_tasks(todo: list[PartTask], done: dict, result: TokenizeResult, on_part
         try:
             done[task] = ray.get(ready[0])
         except Exception as error:
-            result.failures.append(f"{task.part.run}: part {task.part.name} failed: {_last_line(_ray_error(error))}")
+            result.failures.append(f"{task.part.run}: part {task.part.name} failed: {last_line(ray_task_error(error))}")
             continue
         if on_part:
             on_part(task.part.run, done[task])
