@@ -319,6 +319,9 @@ def cmd_run(args) -> int:
         unwritable = RunFolder.unwritable(output)  # before Ray starts: a minute of start-up to learn this is a waste
         if unwritable:
             raise SystemExit(f"curate: --output {output!r} is not writable: {unwritable}")
+        if any(output == planned[3] for planned in plans):
+            print(f"curate: two recipes would write {output}: give recipes of different names", file=sys.stderr)
+            return 2
         plans.append((recipe, inputs, snapshot, output))
     started = ray_session.connect(args.ray_address, args.num_cpus, owner=plans[0][3])
     try:

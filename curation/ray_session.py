@@ -45,11 +45,13 @@ def connect(address: str | None, num_cpus: int | None, owner: str) -> bool:
     if address:
         import curation
         import filters
+        import shard_contract
 
         check_address(address)
 
         try:
-            ray.init(address=address, runtime_env={"py_modules": [curation, filters]}, logging_level=logging.WARNING)
+            modules = [curation, filters, shard_contract]  # what a task imports: shipped to nodes without the project
+            ray.init(address=address, runtime_env={"py_modules": modules}, logging_level=logging.WARNING)
         except Exception as error:  # unreachable, refused, or a token it does not accept: one line, not a traceback
             reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
             raise SystemExit(
@@ -88,24 +90,39 @@ def _record(owner: str) -> Path:
 
 
 def _record_processes(owner: str) -> None:
-    """Ray's processes, children of this driver, with their start times (a pid alone may be reused)."""
-    processes = psutil.Process().children(recursive=True)
+    """This driver and Ray's processes, its children, with their start times (a pid alone may be reused)."""
+    driver = psutil.Process()
     record = _record(owner)
     record.parent.mkdir(parents=True, exist_ok=True)
-    record.write_text(json.dumps([[p.pid, p.create_time()] for p in processes]))
+    processes = [[p.pid, p.create_time()] for p in driver.children(recursive=True)]
+    record.write_text(json.dumps({"driver": [driver.pid, driver.create_time()], "processes": processes}))
+
+
+def _alive(pid: int, started: float) -> psutil.Process | None:
+    try:
+        process = psutil.Process(pid)
+        return process if abs(process.create_time() - started) < 1e-3 and process.status() != psutil.STATUS_ZOMBIE else None
+    except psutil.Error:
+        return None
 
 
 def _stop_leftovers(owner: str) -> None:
     """A driver killed with SIGKILL leaves its Ray behind (agents lived ~70 s here, workers at times longer): the
-    next run of the same folder stops what is still alive of it, and says so."""
+    next run of the same folder stops what is still alive of it, and says so. A Ray whose driver still runs (the same
+    folder curated from another shell) is left alone."""
     record = _record(owner)
     if not record.is_file():
         return
+    recorded = json.loads(record.read_text())
+    if isinstance(recorded, list):  # a record written before the driver was part of it
+        recorded = {"driver": None, "processes": recorded}
+    if recorded["driver"] and _alive(*recorded["driver"]):
+        return
     stopped = 0
-    for pid, started in json.loads(record.read_text()):
+    for pid, started in recorded["processes"]:
+        process = _alive(pid, started)
         try:
-            process = psutil.Process(pid)
-            if abs(process.create_time() - started) < 1e-3:
+            if process:
                 process.kill()
                 stopped += 1
         except psutil.Error:
@@ -120,8 +137,8 @@ def _lean_local_ray():
     """Ray's node startup without the monitors and the API server (see the module's docstring)."""
     from ray._private import node, parameter
 
-    original_params, original_api_server = parameter.RayParams.__init__, node.Node.start_api_server
-    if not {"no_monitor", "include_log_monitor"} <= set(original_params.__code__.co_varnames):
+    original_params, original_api_server = parameter.RayParams.__init__, getattr(node.Node, "start_api_server", None)
+    if original_api_server is None or not {"no_monitor", "include_log_monitor"} <= set(original_params.__code__.co_varnames):
         yield  # another Ray version: start it as ray.init does
         return
 

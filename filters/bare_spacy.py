@@ -31,4 +31,5 @@ def bare_spacy() -> Iterator[None]:
             util.registry._entry_point_factories = plugins
     finally:
         for name in hidden:
-            del sys.modules[name]
+            if sys.modules.get(name, False) is None:  # still the block's marker, not a module imported meanwhile
+                del sys.modules[name]

@@ -209,6 +209,8 @@ def test_several_recipes_run_in_one_command_on_one_ray(tmp_path):
     refused = subprocess.run(CURATE + ["run", "text-corpus", "fineweb-snapshot", "--output", "x"], capture_output=True,
                              text=True, cwd=tmp_path, timeout=600)  # fmt: skip
     assert refused.returncode == 2 and "--output names one recipe's data" in refused.stderr
+    twice = subprocess.run(CURATE + ["run", "text-corpus", "text-corpus"], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert twice.returncode == 2 and "two recipes would write runs/text-corpus" in twice.stderr
     command = CURATE + ["run", "text-corpus", "fineweb-snapshot", "--max-files", "1", "--sample-pages", "30",
                         "--sample-files", "1", "--num-cpus", "2"]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
