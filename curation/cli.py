@@ -76,7 +76,7 @@ def _parser(more: dict | None = None) -> argparse.ArgumentParser:
         description="Writes RUN/tokens/part-*.parquet (id, source, tokens, n_tokens), tokenizer.json and stats.json "
         "(documents and tokens per source) for every RUN, one Ray task per curated part (a local Ray unless "
         "--ray-address). Without --tokenizer one byte-level BPE is trained on a seeded sample of the curated text of "
-        "all of them (about --tokenizer-sample-bytes, from runs and sources in proportion to their file size; recorded in "
+        "all of them (at most --tokenizer-sample-bytes, from runs and sources in proportion to their size; recorded in "
         "RUN/tokens/tokenizer_sample.json and reused by a rerun), so the runs of one mixture (web, code, rest) can be "
         "tokenized in one command. It reads the final stage of the recipe each RUN was last run with. A rerun skips "
         "the parts already done (their stats are in RUN/tokens/parts/), so a killed run resumes; token parts of inputs "
@@ -90,9 +90,7 @@ def _parser(more: dict | None = None) -> argparse.ArgumentParser:
                           help="documents held out for validation loss, chosen by a hash of their id (column `split`); "
                           "`train` never trains on them (default: 1 in 100)")  # fmt: skip
     tokenize.add_argument("--tokenizer-sample-bytes", type=positive_int, default=SAMPLE_BYTES, metavar="BYTES",
-                          help="text a newly trained tokenizer is trained on at most, taken from runs in proportion "
-                          "to their Parquet file bytes; runs whose files add up to less are taken whole (default: "
-                          f"{SAMPLE_BYTES // 2**20} MiB)")  # fmt: skip
+                          help=f"text a newly trained tokenizer is trained on at most (default: {SAMPLE_BYTES // 2**20} MiB)")
     tokenize.add_argument("--tokenizer-sample-seed", type=int, default=SAMPLE_SEED, metavar="SEED", help="seed of that sample")
     tokenize.add_argument("--ray-address", help="join an existing Ray cluster (as `curate run --ray-address`)")
     tokenize.add_argument("--num-cpus", type=positive_int, help="CPUs of the local Ray cluster (default: all)")

@@ -20,6 +20,7 @@ import os
 import random
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,16 +103,41 @@ def train_tokenizer(texts, vocab_size: int):
     return tokenizer
 
 
-def sample_plan(parts: list[Part], sample_bytes: int, seed: int, vocab_size: int) -> dict:
-    """Which parts the tokenizer's sample reads, and how many text bytes from each. A corpus whose files add up to
-    `sample_bytes` or less is taken whole (Parquet file bytes: compressed, so its text can be a few times more). A larger one is sampled with probability proportional to size: the parts, in a
-    seeded order, lie end to end on a line of their file sizes, and `SAMPLE_POINTS` evenly spaced points (seeded start)
+def _unreadable(path: str, error: Exception) -> ValueError:
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return ValueError(f"{path}: its text could not be read for the tokenizer's sample: {reason}")
+
+
+def text_bytes(part: Part) -> int:
+    """The uncompressed size of a part's `text` column, from its Parquet footer alone: what the sample counts, where
+    the file's size would count compressed bytes of every column."""
+    fs, _ = fsspec.core.url_to_fs(part.run)
+    try:
+        with fs.open(part.path, "rb") as handle:
+            metadata = pq.ParquetFile(handle).metadata
+    except (OSError, pa.ArrowException) as error:
+        raise _unreadable(part.path, error) from None
+    chunks = (metadata.row_group(i).column(j) for i in range(metadata.num_row_groups) for j in range(metadata.num_columns))
+    return sum(chunk.total_uncompressed_size for chunk in chunks if chunk.path_in_schema == "text")
+
+
+def text_sizes(parts: list[Part]) -> dict[Part, int]:
+    """`text_bytes` of every part, their footers read on several threads (remote reads wait on the network)."""
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        return dict(zip(parts, pool.map(text_bytes, parts)))
+
+
+def sample_plan(parts: list[Part], sizes: dict[Part, int], sample_bytes: int, seed: int, vocab_size: int) -> dict:
+    """Which parts the tokenizer's sample reads, and how many text bytes from each (`sizes`: each part's text bytes).
+    A corpus whose text adds up to `sample_bytes` or less is taken whole. A larger one is sampled with probability
+    proportional to size: the parts, in a seeded order, lie end to end on a line of their text sizes, and
+    `SAMPLE_POINTS` evenly spaced points (seeded start)
     each pick the part under them and ask it for sample_bytes / points bytes of seeded random documents. Every run and
     source so gets its share of the bytes, and the sample's memory and time stay bounded whatever the corpus."""
     listing = sorted([_normalised(part.run), *part.identity().values()] for part in parts)
     plan = {"trainer_version": TRAINER_VERSION, "seed": seed, "sample_bytes": sample_bytes, "vocab_size": vocab_size,
             "inputs_sha256": hashlib.sha256(json.dumps(listing).encode()).hexdigest()}  # fmt: skip
-    total = sum(part.bytes for part in parts)
+    total = sum(sizes[part] for part in parts)
     if total <= sample_bytes:
         plan["reads"] = [[part.run, part.path, None] for part in parts]
         return plan
@@ -121,7 +147,7 @@ def sample_plan(parts: list[Part], sample_bytes: int, seed: int, vocab_size: int
     step, start = total / SAMPLE_POINTS, rng.random() * total / SAMPLE_POINTS
     quota, picks, edge, point = sample_bytes // SAMPLE_POINTS, Counter(), 0, start
     for index, part in enumerate(order):
-        edge += part.bytes
+        edge += sizes[part]
         while point < edge and sum(picks.values()) < SAMPLE_POINTS:
             picks[index] += 1
             point += step
@@ -140,8 +166,7 @@ def sample_texts(plan: dict, record: dict):
             with fs.open(path, "rb") as handle:
                 texts = pq.read_table(handle, columns=["text"])["text"].to_pylist()
         except (OSError, pa.ArrowException) as error:
-            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            raise ValueError(f"{path}: its text could not be read for the tokenizer's sample: {reason}") from None
+            raise _unreadable(path, error) from None
         if quota is not None:
             rng.shuffle(texts)
         taken = per_run.setdefault(run_dir, {"documents": 0, "bytes": 0, "parts": 0})
@@ -172,7 +197,7 @@ def trained_or_reused(parts: list[Part], tokens_dirs: list[tuple], vocab_size: i
     trained on the sample. Nothing is written here: `prepare` deletes stats.json before it saves a new tokenizer."""
     from tokenizers import Tokenizer
 
-    plan = sample_plan(parts, sample_bytes, seed, vocab_size)
+    plan = sample_plan(parts, text_sizes(parts), sample_bytes, seed, vocab_size)
     fs, out = tokens_dirs[0]
     if fs.exists(f"{out}/{SAMPLE_FILE}") and fs.exists(f"{out}/{TOKENIZER_FILE}"):
         record = read_json(fs, f"{out}/{SAMPLE_FILE}")

@@ -176,7 +176,7 @@ def test_the_tokenizer_is_trained_on_a_bounded_sample_in_proportion_to_each_run(
     assert (tmp_path / "code" / "tokens" / "tokenizer_sample.json").read_text() == json.dumps(record, indent=1, sort_keys=True)
     assert 0.9 * 60000 <= record["bytes"] <= 60000 and record["plan"]["seed"] == 0
     assert record["tokenizer_sha256"] == sha256_of(tmp_path / "web" / "tokens" / TOKENIZER_FILE)
-    sizes = {name: sum(p.stat().st_size for p in (tmp_path / name / "01_last").glob("*.parquet")) for name in ("web", "code")}
+    sizes = {name: sum(len(text.encode()) for text in pq.read_table(tmp_path / name / "01_last")["text"].to_pylist()) for name in ("web", "code")}
     taken = {name: record["runs"][str(tmp_path / name)]["bytes"] for name in ("web", "code")}
     assert 0.8 < (taken["web"] / taken["code"]) / (sizes["web"] / sizes["code"]) < 1.25, (taken, sizes)
     assert record["documents"] == sum(run["documents"] for run in record["runs"].values()) < 900 + 6 * 79
@@ -279,9 +279,10 @@ def test_the_sample_plan_names_a_run_one_way_and_changes_with_the_trainer(monkey
 
     parts = [Part("runs/web", "runs/web/01_last/part-00000.parquet", 100, "1.5"), Part("runs/code", "runs/code/01_last/part-00000.parquet", 50, "2.5")]
     spelled = [Part("runs/code/", parts[1].path, 50, "2.5"), Part("./runs/web", parts[0].path, 100, "1.5")]
-    assert sample_plan(parts, 1000, 0, 300)["inputs_sha256"] == sample_plan(spelled, 1000, 0, 300)["inputs_sha256"]
-    before = sample_plan(parts, 1000, 0, 300)
+    sizes = {part: part.bytes for part in parts + spelled}
+    assert sample_plan(parts, sizes, 1000, 0, 300)["inputs_sha256"] == sample_plan(spelled, sizes, 1000, 0, 300)["inputs_sha256"]
+    before = sample_plan(parts, sizes, 1000, 0, 300)
     monkeypatch.setattr(tokenize, "TRAINER_VERSION", tokenize.TRAINER_VERSION + 1)
-    assert sample_plan(parts, 1000, 0, 300) != before
+    assert sample_plan(parts, sizes, 1000, 0, 300) != before
     assert _version({"etag": '"abc"', "size": 3}) == '"abc"' and _version({"last_modified": "2026-01-01"}) == "2026-01-01"
     assert _version({"size": 3}) == ""
