@@ -131,9 +131,9 @@ def sample_plan(parts: list[Part], sizes: dict[Part, int], sample_bytes: int, se
     """Which parts the tokenizer's sample reads, and how many text bytes from each (`sizes`: each part's text bytes).
     A corpus whose text adds up to `sample_bytes` or less is taken whole. A larger one is sampled with probability
     proportional to size: the parts, in a seeded order, lie end to end on a line of their text sizes, and
-    `SAMPLE_POINTS` evenly spaced points (seeded start)
-    each pick the part under them and ask it for sample_bytes / points bytes of seeded random documents. Every run and
-    source so gets its share of the bytes, and the sample's memory and time stay bounded whatever the corpus."""
+    `SAMPLE_POINTS` evenly spaced points (seeded start) each pick the part under them and ask it for
+    sample_bytes / points bytes of seeded random documents. Every run and source so gets its share of the bytes, and
+    the sample's memory and time stay bounded whatever the corpus."""
     listing = sorted([_normalised(part.run), *part.identity().values()] for part in parts)
     plan = {"trainer_version": TRAINER_VERSION, "seed": seed, "sample_bytes": sample_bytes, "vocab_size": vocab_size,
             "inputs_sha256": hashlib.sha256(json.dumps(listing).encode()).hexdigest()}  # fmt: skip
