@@ -68,6 +68,8 @@ def _parser(more: dict | None = None) -> argparse.ArgumentParser:
     stats = commands.add_parser("stats", help="print the funnel of a run folder")
     stats.add_argument("output", help="a folder written by `curate run`")
 
+    from curation.tokenize import SAMPLE_BYTES, SAMPLE_SEED
+
     tokenize = commands.add_parser(
         "tokenize",
         help="tokenize runs' curated text into token shards for `train`, all with one tokenizer",
@@ -87,9 +89,9 @@ def _parser(more: dict | None = None) -> argparse.ArgumentParser:
     tokenize.add_argument("--validation-fraction", type=float, dest="validation_fraction",
                           help="documents held out for validation loss, chosen by a hash of their id (column `split`); "
                           "`train` never trains on them (default: 1 in 100)")  # fmt: skip
-    tokenize.add_argument("--tokenizer-sample-bytes", type=positive_int, default=64 * 2**20, metavar="BYTES",
-                          help="text a newly trained tokenizer is trained on at most (default: 64 MiB)")  # fmt: skip
-    tokenize.add_argument("--tokenizer-sample-seed", type=int, default=0, metavar="SEED", help="seed of that sample")
+    tokenize.add_argument("--tokenizer-sample-bytes", type=positive_int, default=SAMPLE_BYTES, metavar="BYTES",
+                          help=f"text a newly trained tokenizer is trained on at most (default: {SAMPLE_BYTES // 2**20} MiB)")
+    tokenize.add_argument("--tokenizer-sample-seed", type=int, default=SAMPLE_SEED, metavar="SEED", help="seed of that sample")
     tokenize.add_argument("--ray-address", help="join an existing Ray cluster (as `curate run --ray-address`)")
     tokenize.add_argument("--num-cpus", type=positive_int, help="CPUs of the local Ray cluster (default: all)")
 

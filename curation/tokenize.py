@@ -20,6 +20,7 @@ import os
 import random
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,17 +31,16 @@ import pyarrow.parquet as pq
 from curation.io import read_json, remove_temporaries, write_json_atomic, write_parquet_atomic, write_text_atomic
 from curation.run_folder import final_stage_dir
 from shard_contract import EOS_TOKEN as EOS
-from shard_contract import FILE_SEP_TOKEN, REPO_NAME_TOKEN, SHARDS_KEY, SPLIT_COLUMN, STATS_FILE, TOKEN_SCHEMA, TOKENIZER_FILE, TRAIN, VALIDATION, file_digest, held_out
+from shard_contract import FILE_SEP_TOKEN, PART_STATS_DIR, REPO_NAME_TOKEN, SHARDS_KEY, SPLIT_COLUMN, STATS_FILE, TOKEN_SCHEMA, TOKENIZER_FILE, TRAIN, VALIDATION, file_digest, held_out
 
 METADATA_COLUMNS = ("bucket", "quality_score", "language", "repository", "repo_has_tests")
 TOKENS_DIR = "tokens"
-PART_STATS_DIR = "parts"  # RUN/tokens/parts/<part>.json: a finished part's stats, written after the part
 SAMPLE_FILE = "tokenizer_sample.json"
 VALIDATION_FRACTION = 0.01
 SAMPLE_BYTES = 64 * 2**20
 SAMPLE_SEED = 0
 SAMPLE_POINTS = 256  # parts read at most for the tokenizer's sample, however large the corpus
-TASK_RETRIES = 3
+TRAINER_VERSION = 1  # in the sample plan: bump when train_tokenizer's settings change, so a rerun retrains
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Part:
     run: str
     path: str
     bytes: int
-    version: str  # the object store's ETag, else the file's modification time
+    version: str  # the object store's ETag, else the file's modification time; "" when unknown: never skipped
 
     @property
     def name(self) -> str:
@@ -81,7 +81,13 @@ def listed_parts(run_dir: str) -> list[Part]:
 
 
 def _version(info: dict) -> str:
-    return str(info.get("ETag") or info.get("mtime") or info.get("LastModified") or info.get("updated") or "")
+    keys = {str(key).lower(): value for key, value in info.items()}
+    return str(next((keys[key] for key in ("etag", "mtime", "lastmodified", "last_modified", "updated") if keys.get(key)), ""))
+
+
+def _normalised(run_dir: str) -> str:
+    """A run's path as the sample plan records it: `runs/web/` and `runs/web` are one run."""
+    return run_dir.rstrip("/") if "://" in run_dir else os.path.normpath(run_dir)
 
 
 def train_tokenizer(texts, vocab_size: int):
@@ -97,16 +103,41 @@ def train_tokenizer(texts, vocab_size: int):
     return tokenizer
 
 
-def sample_plan(parts: list[Part], sample_bytes: int, seed: int, vocab_size: int) -> dict:
-    """Which parts the tokenizer's sample reads, and how many text bytes from each. A corpus whose files add up to
-    `sample_bytes` or less is taken whole. A larger one is sampled with probability proportional to size: the parts, in a
-    seeded order, lie end to end on a line of their file sizes, and `SAMPLE_POINTS` evenly spaced points (seeded start)
-    each pick the part under them and ask it for sample_bytes / points bytes of seeded random documents. Every run and
-    source so gets its share of the bytes, and the sample's memory and time stay bounded whatever the corpus."""
-    listing = [[part.run, *part.identity().values()] for part in parts]
-    plan = {"seed": seed, "sample_bytes": sample_bytes, "vocab_size": vocab_size,
+def _unreadable(path: str, error: Exception) -> ValueError:
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return ValueError(f"{path}: its text could not be read for the tokenizer's sample: {reason}")
+
+
+def text_bytes(part: Part) -> int:
+    """The uncompressed size of a part's `text` column, from its Parquet footer alone: what the sample counts, where
+    the file's size would count compressed bytes of every column."""
+    fs, _ = fsspec.core.url_to_fs(part.run)
+    try:
+        with fs.open(part.path, "rb") as handle:
+            metadata = pq.ParquetFile(handle).metadata
+    except (OSError, pa.ArrowException) as error:
+        raise _unreadable(part.path, error) from None
+    chunks = (metadata.row_group(i).column(j) for i in range(metadata.num_row_groups) for j in range(metadata.num_columns))
+    return sum(chunk.total_uncompressed_size for chunk in chunks if chunk.path_in_schema == "text")
+
+
+def text_sizes(parts: list[Part]) -> dict[Part, int]:
+    """`text_bytes` of every part, their footers read on several threads (remote reads wait on the network)."""
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        return dict(zip(parts, pool.map(text_bytes, parts)))
+
+
+def sample_plan(parts: list[Part], sizes: dict[Part, int], sample_bytes: int, seed: int, vocab_size: int) -> dict:
+    """Which parts the tokenizer's sample reads, and how many text bytes from each (`sizes`: each part's text bytes).
+    A corpus whose text adds up to `sample_bytes` or less is taken whole. A larger one is sampled with probability
+    proportional to size: the parts, in a seeded order, lie end to end on a line of their text sizes, and
+    `SAMPLE_POINTS` evenly spaced points (seeded start) each pick the part under them and ask it for
+    sample_bytes / points bytes of seeded random documents. Every run and source so gets its share of the bytes, and
+    the sample's memory and time stay bounded whatever the corpus."""
+    listing = sorted([_normalised(part.run), *part.identity().values()] for part in parts)
+    plan = {"trainer_version": TRAINER_VERSION, "seed": seed, "sample_bytes": sample_bytes, "vocab_size": vocab_size,
             "inputs_sha256": hashlib.sha256(json.dumps(listing).encode()).hexdigest()}  # fmt: skip
-    total = sum(part.bytes for part in parts)
+    total = sum(sizes[part] for part in parts)
     if total <= sample_bytes:
         plan["reads"] = [[part.run, part.path, None] for part in parts]
         return plan
@@ -116,7 +147,7 @@ def sample_plan(parts: list[Part], sample_bytes: int, seed: int, vocab_size: int
     step, start = total / SAMPLE_POINTS, rng.random() * total / SAMPLE_POINTS
     quota, picks, edge, point = sample_bytes // SAMPLE_POINTS, Counter(), 0, start
     for index, part in enumerate(order):
-        edge += part.bytes
+        edge += sizes[part]
         while point < edge and sum(picks.values()) < SAMPLE_POINTS:
             picks[index] += 1
             point += step
@@ -135,8 +166,7 @@ def sample_texts(plan: dict, record: dict):
             with fs.open(path, "rb") as handle:
                 texts = pq.read_table(handle, columns=["text"])["text"].to_pylist()
         except (OSError, pa.ArrowException) as error:
-            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            raise ValueError(f"{path}: its text could not be read for the tokenizer's sample: {reason}") from None
+            raise _unreadable(path, error) from None
         if quota is not None:
             rng.shuffle(texts)
         taken = per_run.setdefault(run_dir, {"documents": 0, "bytes": 0, "parts": 0})
@@ -162,28 +192,24 @@ def tokenizer_sha(tokenizer) -> str:
 
 
 def trained_or_reused(parts: list[Part], tokens_dirs: list[tuple], vocab_size: int, sample_bytes: int, seed: int):
-    """(tokenizer, how): the tokenizer the first run's tokens/ holds when its sample record matches this sample plan
-    (a resumed run keeps its tokenizer instead of relying on retraining being deterministic), else one trained on the
-    sample, saved with its record into every run's tokens/."""
+    """(tokenizer, how, sample record): the tokenizer the first run's tokens/ holds when its sample record matches this
+    sample plan (a resumed run keeps its tokenizer instead of relying on retraining being deterministic), else one
+    trained on the sample. Nothing is written here: `prepare` deletes stats.json before it saves a new tokenizer."""
     from tokenizers import Tokenizer
 
-    plan = sample_plan(parts, sample_bytes, seed, vocab_size)
+    plan = sample_plan(parts, text_sizes(parts), sample_bytes, seed, vocab_size)
     fs, out = tokens_dirs[0]
     if fs.exists(f"{out}/{SAMPLE_FILE}") and fs.exists(f"{out}/{TOKENIZER_FILE}"):
         record = read_json(fs, f"{out}/{SAMPLE_FILE}")
         with fs.open(f"{out}/{TOKENIZER_FILE}", "r") as handle:
             tokenizer = Tokenizer.from_str(handle.read())
         if record.get("plan") == plan and record.get("tokenizer_sha256") == tokenizer_sha(tokenizer):
-            return tokenizer, f"reused {SAMPLE_FILE} ({record['bytes']:,} bytes, {record['documents']:,} documents)"
+            return tokenizer, f"reused {SAMPLE_FILE} ({record['bytes']:,} bytes, {record['documents']:,} documents)", record
     record = {"plan": plan}
     started = time.perf_counter()
     tokenizer = train_tokenizer(sample_texts(plan, record), vocab_size)
     record.update(tokenizer_sha256=tokenizer_sha(tokenizer), seconds=round(time.perf_counter() - started, 2))
-    for fs, out in tokens_dirs:
-        fs.makedirs(out, exist_ok=True)
-        write_text_atomic(fs, f"{out}/{TOKENIZER_FILE}", tokenizer.to_str())
-        write_json_atomic(fs, f"{out}/{SAMPLE_FILE}", record)  # after the tokenizer: a record always names a saved one
-    return tokenizer, f"trained on {record['bytes']:,} bytes, {record['documents']:,} documents ({SAMPLE_FILE})"
+    return tokenizer, f"trained on {record['bytes']:,} bytes, {record['documents']:,} documents ({SAMPLE_FILE})", record
 
 
 @dataclass(frozen=True)
@@ -207,7 +233,7 @@ class PartTask:
 
     def matches(self, stats: dict) -> bool:
         """Whether a part's recorded stats were made from this input with this tokenizer and held-out fraction."""
-        return (stats.get("input") == self.part.identity() and stats.get("tokenizer_sha256") == self.tokenizer_sha256
+        return (self.part.version != "" and stats.get("input") == self.part.identity() and stats.get("tokenizer_sha256") == self.tokenizer_sha256
                 and stats.get("validation_fraction") == self.validation_fraction)  # fmt: skip
 
     def finished(self) -> dict | None:
@@ -271,6 +297,8 @@ def tokenize_part(task: PartTask, tokenizer=None, batch_size: int = 1024) -> dic
         for bucket, count in zip(table["bucket"].to_pylist(), counts):
             buckets.setdefault(json.dumps(bucket), Counter()).update(documents=1, tokens=count)
     fs.makedirs(f"{task.out}/{PART_STATS_DIR}", exist_ok=True)
+    if fs.exists(task.stats_path):
+        fs.rm(task.stats_path)  # before the part: stats never describe a part being rewritten
     # neither a dictionary nor min/max statistics for the token ids: they took 9x the write time of a 0.5 MiB part
     # (0.053 s, 0.006 s without), and the dictionary made the part 6% larger; no reader filters on token ids
     others = [c for c in shard.column_names if c != "tokens"]
@@ -323,49 +351,52 @@ class TokenizeResult:
     failures: list[str] = field(default_factory=list)  # one line per failed part
 
 
-def prepare(run_dirs: list[str], tokenizer_path: str | None, vocab_size: int, validation_fraction: float,
+def prepare(parts: dict[str, list[Part]], tokenizer_path: str | None, vocab_size: int, validation_fraction: float,
             sample_bytes: int = SAMPLE_BYTES, seed: int = SAMPLE_SEED) -> tuple[list[PartTask], dict, TokenizeResult, object]:  # fmt: skip
-    """Every run checked before any work; the tokenizer given, reused or trained; the parts' tasks and the stats of
-    those already done. Token parts whose input the run no longer has (an earlier, larger input) are deleted with their
-    stats, as is stats.json when any part is to be (re)done, so a run killed from here on is never taken as finished."""
-    if not 0 <= validation_fraction < 1:
-        raise ValueError(f"--validation-fraction {validation_fraction} is not in [0, 1)")
+    """The tokenizer given, reused or trained; the parts' tasks and the stats of those already done. Per run, in this
+    order, so a run killed at any point is never taken as finished: stats.json is deleted when the tokenizer changes or
+    any part is to be (re)done; then the token parts and part stats to redo, and those of inputs the run no longer has
+    (an earlier, larger input); then the tokenizer and its sample record are saved."""
     from tokenizers import Tokenizer
 
-    parts = {run_dir: listed_parts(run_dir) for run_dir in run_dirs}
     tokens_dirs = {}
-    for run_dir in run_dirs:
+    for run_dir in parts:
         fs, root = fsspec.core.url_to_fs(run_dir, use_listings_cache=False)
         tokens_dirs[run_dir] = (fs, f"{root.rstrip('/')}/{TOKENS_DIR}")
+    record = None  # the sample record of a trained or reused tokenizer
     if tokenizer_path:
         tokenizer, how = Tokenizer.from_file(tokenizer_path), f"given ({tokenizer_path})"
         if tokenizer.token_to_id(EOS) is None:
             raise ValueError(f"tokenizer {tokenizer_path} has no {EOS} token to separate documents")
     else:
         every = [part for run_parts in parts.values() for part in run_parts]
-        tokenizer, how = trained_or_reused(every, list(tokens_dirs.values()), vocab_size, sample_bytes, seed)
-    sha = tokenizer_sha(tokenizer)
+        tokenizer, how, record = trained_or_reused(every, list(tokens_dirs.values()), vocab_size, sample_bytes, seed)
+    sha, text = tokenizer_sha(tokenizer), tokenizer.to_str()
     result = TokenizeResult(how)
     tasks, done = [], {}
     for run_dir, run_parts in parts.items():
         fs, out = tokens_dirs[run_dir]
         fs.makedirs(f"{out}/{PART_STATS_DIR}", exist_ok=True)
         remove_temporaries(fs, out)
-        if not fs.exists(f"{out}/{TOKENIZER_FILE}") or fs.cat_file(f"{out}/{TOKENIZER_FILE}").decode() != tokenizer.to_str():
-            write_text_atomic(fs, f"{out}/{TOKENIZER_FILE}", tokenizer.to_str())
-        if tokenizer_path and fs.exists(f"{out}/{SAMPLE_FILE}"):
-            fs.rm(f"{out}/{SAMPLE_FILE}")  # it describes a tokenizer this run no longer uses
+        saved = fs.exists(f"{out}/{TOKENIZER_FILE}") and fs.cat_file(f"{out}/{TOKENIZER_FILE}").decode() == text
         current = {part.name for part in run_parts}
         written = fs.glob(f"{out}/part-*.parquet") + fs.glob(f"{out}/{PART_STATS_DIR}/part-*.json")
         stale = [path for path in written if f"{Path(path).stem}.parquet" not in current]
         run_tasks = [PartTask(fs, part, out, f"{out}/{TOKENIZER_FILE}", sha, validation_fraction) for part in run_parts]
         tasks += run_tasks
         done.update((task, stats) for task in run_tasks if (stats := task.finished()))
-        if fs.exists(f"{out}/{STATS_FILE}") and (stale or not all(task in done for task in run_tasks)):
+        redo = [path for task in run_tasks if task not in done for path in (task.stats_path, task.token_path)]
+        if fs.exists(f"{out}/{STATS_FILE}") and (not saved or stale or redo):
             fs.rm(f"{out}/{STATS_FILE}")  # first: until it is written again the run is not finished
-        for path in stale:
-            fs.rm(path)
+        for path in stale + [path for path in redo if fs.exists(path)]:
+            fs.rm(path)  # no part of an old tokenizer or input survives beside the new ones
         result.removed += [path for path in stale if path.endswith(".parquet")]
+        if not saved:
+            write_text_atomic(fs, f"{out}/{TOKENIZER_FILE}", text)
+        if record is not None and (not fs.exists(f"{out}/{SAMPLE_FILE}") or read_json(fs, f"{out}/{SAMPLE_FILE}") != record):
+            write_json_atomic(fs, f"{out}/{SAMPLE_FILE}", record)  # after the tokenizer: a record always names a saved one
+        elif tokenizer_path and fs.exists(f"{out}/{SAMPLE_FILE}"):
+            fs.rm(f"{out}/{SAMPLE_FILE}")  # it describes a tokenizer this run no longer uses
     result.skipped = len(done)
     return tasks, done, result, tokenizer
 
@@ -392,18 +423,21 @@ def tokenize_runs(run_dirs: list[str], tokenizer_path: str | None = None, vocab_
     finished part (stats None for a part already done)."""
     from curation import ray_session
 
-    tasks, done, result, tokenizer = prepare(run_dirs, tokenizer_path, vocab_size, validation_fraction, sample_bytes, seed)
-    todo = [task for task in tasks if task not in done]
-    if on_start:
-        on_start(Counter(task.part.run for task in tasks))
-    for task in list(done) if on_part else []:
-        on_part(task.part.run, None)
-    if todo:
-        started = ray_session.connect(ray_address, num_cpus, owner=run_dirs[0])
-        try:
-            _run_tasks(todo, done, result, on_part)
-        finally:
-            ray_session.disconnect(started, owner=run_dirs[0])
+    if not 0 <= validation_fraction < 1:
+        raise ValueError(f"--validation-fraction {validation_fraction} is not in [0, 1)")
+    parts = {run_dir: listed_parts(run_dir) for run_dir in run_dirs}  # every run checked before any work
+    first = run_dirs[0] if "://" in run_dirs[0] else os.path.abspath(run_dirs[0])
+    owner = f"tokenize:{first}"  # not the run folder `curate run` records its Ray under: cleaning up ours never stops it
+    started = ray_session.connect(ray_address, num_cpus, owner=owner)  # stops a killed tokenize's workers before
+    try:  # `prepare` decides what is done: none of them writes a part afterwards
+        tasks, done, result, tokenizer = prepare(parts, tokenizer_path, vocab_size, validation_fraction, sample_bytes, seed)
+        if on_start:
+            on_start(Counter(task.part.run for task in tasks))
+        for task in list(done) if on_part else []:
+            on_part(task.part.run, None)
+        _run_tasks([task for task in tasks if task not in done], done, result, on_part)
+    finally:
+        ray_session.disconnect(started, owner=owner)
     finish(tasks, done, result, tokenizer, validation_fraction)
     return result
 
@@ -417,7 +451,7 @@ def _tokenize_on_worker(task: PartTask) -> dict:
 def _run_tasks(todo: list[PartTask], done: dict, result: TokenizeResult, on_part) -> None:
     import ray
 
-    from curation.runner import last_line, ray_task_error
+    from curation.runner import TASK_RETRIES, last_line, ray_task_error
 
     remote = ray.remote(_tokenize_on_worker).options(num_cpus=1, max_retries=TASK_RETRIES)
     pending = {remote.remote(task): task for task in todo}
@@ -435,10 +469,15 @@ def _run_tasks(todo: list[PartTask], done: dict, result: TokenizeResult, on_part
 
 def write_tokens(run_dir: str, parts: list[str], tokenizer, validation_fraction: float) -> dict:
     """Tokenize `parts` in this process into RUN/tokens (the ablations' small runs and validation set), with the same
-    files, per-part stats and resume as `curate tokenize`; returns stats.json."""
+    files and per-part stats as `curate tokenize`: a part done with this tokenizer is skipped, others are rewritten.
+    Unlike `curate tokenize` it leaves token parts of other inputs in place: the caller owns the folder; returns
+    stats.json."""
     fs, root = fsspec.core.url_to_fs(run_dir, use_listings_cache=False)
     out = f"{root.rstrip('/')}/{TOKENS_DIR}"
     fs.makedirs(out, exist_ok=True)
+    remove_temporaries(fs, out)
+    if fs.exists(f"{out}/{STATS_FILE}"):
+        fs.rm(f"{out}/{STATS_FILE}")  # before the tokenizer: until it is written again the folder is not finished
     write_text_atomic(fs, f"{out}/{TOKENIZER_FILE}", tokenizer.to_str())
     sha = tokenizer_sha(tokenizer)
     done = {}

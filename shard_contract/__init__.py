@@ -10,6 +10,7 @@ TOKENIZER_FILE = "tokenizer.json"  # beside the shards, and beside a training ru
 TOKEN_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("tokens", pa.list_(pa.int32())), ("n_tokens", pa.int32())])
 STATS_FILE = "stats.json"  # beside the shards: counts, and each shard's bytes and sha256 under SHARDS_KEY
 SHARDS_KEY = "shards"
+PART_STATS_DIR = "parts"  # beside the shards: a finished part's stats; with no STATS_FILE, a tokenize run that did not finish
 SPLIT_COLUMN = "split"  # "train" or "validation": a document's side of the held-out slice
 TRAIN, VALIDATION = "train", "validation"
 

@@ -176,7 +176,7 @@ def test_the_tokenizer_is_trained_on_a_bounded_sample_in_proportion_to_each_run(
     assert (tmp_path / "code" / "tokens" / "tokenizer_sample.json").read_text() == json.dumps(record, indent=1, sort_keys=True)
     assert 0.9 * 60000 <= record["bytes"] <= 60000 and record["plan"]["seed"] == 0
     assert record["tokenizer_sha256"] == sha256_of(tmp_path / "web" / "tokens" / TOKENIZER_FILE)
-    sizes = {name: sum(p.stat().st_size for p in (tmp_path / name / "01_last").glob("*.parquet")) for name in ("web", "code")}
+    sizes = {name: sum(len(text.encode()) for text in pq.read_table(tmp_path / name / "01_last")["text"].to_pylist()) for name in ("web", "code")}
     taken = {name: record["runs"][str(tmp_path / name)]["bytes"] for name in ("web", "code")}
     assert 0.8 < (taken["web"] / taken["code"]) / (sizes["web"] / sizes["code"]) < 1.25, (taken, sizes)
     assert record["documents"] == sum(run["documents"] for run in record["runs"].values()) < 900 + 6 * 79
@@ -224,17 +224,65 @@ def test_tokenize_killed_mid_run_resumes_to_the_output_of_an_uninterrupted_run(t
     assert sorted(ids) == sorted(f"web-{i}" for i in range(len(texts)))
 
 
-def test_an_unreadable_part_fails_alone_with_one_line_naming_it(tmp_path, capsys):
+def test_an_unreadable_part_fails_alone_with_one_line_naming_it_and_train_refuses_the_unfinished_folder(tmp_path, capsys):
+    """The part tokenized before with another tokenizer is deleted before the run, not left beside the new ones, and
+    the folder (parts/ without stats.json) is refused by the check `train` runs before its first step."""
+    from training.mixture import MixtureError, load_mixture
+
     web = curated_run(tmp_path / "web", "web", prose(1), parts=3)
+    old, new = tmp_path / "old.json", tmp_path / "given.json"
+    old.write_text(train_tokenizer(prose(1), 400).to_str())
+    new.write_text(train_tokenizer(prose(1), 300).to_str())
+    assert main(["tokenize", web, "--tokenizer", str(old), "--num-cpus", "1"]) == 0
     (tmp_path / "web" / "01_last" / "part-00001.parquet").write_bytes(b"not parquet at all")
     assert main(["tokenize", web, "--vocab-size", "300"]) == 2  # the tokenizer's sample reads it first
     assert "part-00001.parquet: its text could not be read for the tokenizer's sample" in capsys.readouterr().err
-    tokenizer = tmp_path / "given.json"
-    tokenizer.write_text(train_tokenizer(prose(1), 300).to_str())
-    assert main(["tokenize", web, "--tokenizer", str(tokenizer), "--num-cpus", "1"]) == 1
+    assert main(["tokenize", web, "--tokenizer", str(new), "--num-cpus", "1"]) == 1
     out = capsys.readouterr().out
     failed = [line for line in out.splitlines() if "failed" in line]
     assert len(failed) == 2 and "part part-00001.parquet failed:" in failed[0] and "1 part(s) failed" in failed[1]
     tokens = tmp_path / "web" / "tokens"
     assert sorted(p.name for p in tokens.glob("part-*.parquet")) == ["part-00000.parquet", "part-00002.parquet"]
+    assert sorted(p.name for p in (tokens / "parts").glob("*.json")) == ["part-00000.json", "part-00002.json"]
     assert not (tokens / "stats.json").exists()  # the run is not finished
+    (tmp_path / "mix.yaml").write_text(f"name: m\nsources:\n  web: {{paths: ['{tokens}/part-*.parquet']}}\n")
+    with pytest.raises(MixtureError, match=f"{tokens}: `curate tokenize` did not finish here: rerun it"):
+        load_mixture(str(tmp_path / "mix.yaml")).check_shards_intact()
+
+
+def test_a_changed_tokenizer_or_validation_fraction_redoes_every_part(tmp_path, capsys):
+    web = curated_run(tmp_path / "web", "web", prose(1), parts=3)
+    tokens = tmp_path / "web" / "tokens"
+    shards = {}
+    for name, vocab, fraction in (("first", 400, "0.01"), ("other tokenizer", 300, "0.01"), ("other fraction", 300, "0.3")):
+        tokenizer = tmp_path / f"{vocab}.json"
+        tokenizer.write_text(train_tokenizer(prose(1), vocab).to_str())
+        capsys.readouterr()
+        assert main(["tokenize", web, "--tokenizer", str(tokenizer), "--validation-fraction", fraction, "--num-cpus", "1"]) == 0
+        assert "resumed" not in capsys.readouterr().out, name
+        stats = json.loads((tokens / "stats.json").read_text())
+        assert stats["vocab_size"] == Tokenizer.from_file(str(tokenizer)).get_vocab_size() and stats["validation_fraction"] == float(fraction)
+        assert (tokens / TOKENIZER_FILE).read_text() == tokenizer.read_text()
+        for part in (tokens / "parts").glob("*.json"):
+            recorded = json.loads(part.read_text())
+            assert recorded["tokenizer_sha256"] == sha256_of(tokenizer) and recorded["validation_fraction"] == float(fraction)
+        shards[name] = stats["shards"]
+        assert sorted(shards[name]) == sorted(p.name for p in tokens.glob("part-*.parquet"))
+        assert all(shards[name][part]["sha256"] == sha256_of(tokens / part) for part in shards[name])
+    for part in shards["first"]:  # every part rewritten each time: none made by the earlier settings survives
+        assert len({shards[name][part]["sha256"] for name in shards}) == 3
+
+
+def test_the_sample_plan_names_a_run_one_way_and_changes_with_the_trainer(monkeypatch):
+    from curation import tokenize
+    from curation.tokenize import Part, _version, sample_plan
+
+    parts = [Part("runs/web", "runs/web/01_last/part-00000.parquet", 100, "1.5"), Part("runs/code", "runs/code/01_last/part-00000.parquet", 50, "2.5")]
+    spelled = [Part("runs/code/", parts[1].path, 50, "2.5"), Part("./runs/web", parts[0].path, 100, "1.5")]
+    sizes = {part: part.bytes for part in parts + spelled}
+    assert sample_plan(parts, sizes, 1000, 0, 300)["inputs_sha256"] == sample_plan(spelled, sizes, 1000, 0, 300)["inputs_sha256"]
+    before = sample_plan(parts, sizes, 1000, 0, 300)
+    monkeypatch.setattr(tokenize, "TRAINER_VERSION", tokenize.TRAINER_VERSION + 1)
+    assert sample_plan(parts, sizes, 1000, 0, 300) != before
+    assert _version({"etag": '"abc"', "size": 3}) == '"abc"' and _version({"last_modified": "2026-01-01"}) == "2026-01-01"
+    assert _version({"size": 3}) == ""

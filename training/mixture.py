@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from training import storage
-from shard_contract import SHARDS_KEY, STATS_FILE, TOKENIZER_FILE
+from shard_contract import PART_STATS_DIR, SHARDS_KEY, STATS_FILE, TOKENIZER_FILE
 
 
 class MixtureError(ValueError):
@@ -213,13 +213,17 @@ class Mixture(BaseModel):
         """Every shard (training and validation) whose folder's stats.json records digests has the bytes and sha256
         `curate tokenize` wrote, and that folder holds no shard it did not write: a shard changed, truncated or
         half-copied on shared storage is refused by name before anything trains. Shards are hashed on several
-        threads (hashlib and fsspec reads release the GIL). Folders without digests (written by hand or by an older
-        `curate tokenize`) are not checked."""
+        threads (hashlib and fsspec reads release the GIL). A folder with `curate tokenize`'s parts/ but no stats.json
+        is a run that did not finish (killed, or a part failed) and is refused. Other folders without digests (written
+        by hand or by an older `curate tokenize`) are not checked."""
         checked, digests = [], {}  # digests: per stats.json, read once
         for name in self.source_names():
             for path in self.shard_files(name) + self.validation_files(name):
                 stats_path = storage.sibling(path, STATS_FILE)
                 if stats_path not in digests:
+                    if not storage.is_file(stats_path) and storage.is_dir(storage.sibling(path, PART_STATS_DIR)):
+                        raise MixtureError(f"mixture {self.name!r}: {path.rsplit('/', 1)[0]}: `curate tokenize` did not "
+                                           "finish here: rerun it")  # fmt: skip
                     digests[stats_path] = json.loads(storage.read_text(stats_path)).get(SHARDS_KEY) if storage.is_file(stats_path) else None
                 recorded = digests[stats_path]
                 if recorded is None:

@@ -28,6 +28,11 @@ def is_file(path: str) -> bool:
     return fs.isfile(inner)
 
 
+def is_dir(path: str) -> bool:
+    fs, inner = fsspec.core.url_to_fs(path)
+    return fs.isdir(inner)
+
+
 def read_text(path: str) -> str:
     with fsspec.open(path, "r", encoding="utf-8") as handle:
         return handle.read()
