@@ -15,7 +15,13 @@ from training.export import export
 
 pytestmark = pytest.mark.slow
 STEPS = 10
-TOLERANCE = 1e-5  # relative, per step: fp32 sums taken in another order (sharded reductions, split matmuls)
+# relative, per step: fp32 sums taken in another order (sharded reductions, split matmuls), which AdamW carries into
+# later steps. With the packages a fresh install took on 2026-12-02 the fixture's data gives a gradient spike at step 6
+# (norm 11.3 against 1-4): the 1e-7 differences of steps 2-4 became 2.3e-5 in the loss and 1.7e-3 in step 5's gradient
+# norm under every layout, and at the commit that had passed with 1e-5 (5c7b532) too. A layout bug (a wrong shard, a
+# missing reduction) changes the loss by orders of magnitude more.
+TOLERANCE = 5e-5
+GRAD_NORM_TOLERANCE = 5e-3
 # untied embeddings: with a pipeline the embedding and the output layer live on different stages
 SETTINGS = ("seq_len: 32\nglobal_batch: 8\nmicro_batch: 2\nwarmup: 2\ndtype: fp32\nlog_every: 1\nkeep_checkpoints: 10\n"
             "checkpoint_every: 10\neval_every: 5\nmodel_overrides: {tie_embeddings: false}\n")  # fmt: skip
@@ -69,8 +75,8 @@ def test_layout_trains_the_single_rank_losses(train, layout):
     assert worst < TOLERANCE
     for column in ("loss_per_source.web", "loss_per_source.more"):
         assert max(relative(ours[column][s], single[column][s]) for s in single.index) < TOLERANCE, column
-    # a gradient's norm sums cancelling terms: another summation order moves it more than the loss (2e-4 seen)
-    assert max(relative(ours.grad_norm[s], single.grad_norm[s]) for s in single.index) < 1e-3
+    # a gradient's norm sums cancelling terms: another summation order moves it more than the loss (1.7e-3 seen)
+    assert max(relative(ours.grad_norm[s], single.grad_norm[s]) for s in single.index) < GRAD_NORM_TOLERANCE
     validated = single.dropna(subset=["val_loss"]).index
     assert list(validated) == [5, 10]
     for column in ("val_loss", "val_loss_per_source.web", "val_loss_per_source.more"):
