@@ -2,10 +2,14 @@
 driver's never is (the same folder used from another shell, or `curate tokenize` beside a `curate run`)."""
 
 import json
+import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import psutil
+import pytest
 
 from curation import ray_session
 
@@ -30,3 +34,57 @@ def test_a_ray_is_stopped_only_once_its_driver_is_gone(tmp_path, monkeypatch):
         assert ray_worker.wait(timeout=10) == -9 and not record.exists()
     finally:
         ray_worker.kill()
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_the_agent_stand_in_writes_the_ports_ray_waits_for_and_leaves_with_its_raylet(tmp_path):
+    """A stand-in whose parent (the raylet) is gone exits by itself: a SIGKILLed raylet leaves nothing behind."""
+    standin = str(Path(ray_session.__file__).with_name("ray_agent_standin.py"))
+    args = [f"--session-dir={tmp_path}", "--node-id=abc", "--node-ip-address=127.0.0.1"]
+    launcher = (  # the launcher plays the raylet: it starts both stand-ins, prints their pids and exits
+        "import subprocess, sys, time\n"
+        f"for agent in ('ray/dashboard/agent.py', 'ray/_private/runtime_env/agent/main.py'):\n"
+        f"    print(subprocess.Popen([sys.executable, {standin!r}, agent, *{args!r}], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)\n"
+        "time.sleep(1)\n"
+    )
+    pids = [int(pid) for pid in subprocess.run([sys.executable, "-c", launcher], capture_output=True, text=True, check=True).stdout.split()]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(map(_running, pids)):
+        time.sleep(0.2)
+    assert not any(map(_running, pids))
+    for name in ("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port"):
+        assert (tmp_path / f"{name}_abc").read_text() == "-1"
+    assert int((tmp_path / "runtime_env_agent_port_abc").read_text()) > 0
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+@pytest.mark.slow
+def test_a_local_ray_runs_tasks_without_ray_agents_and_refuses_runtime_environments_at_once(tmp_path, monkeypatch):
+    import ray
+
+    monkeypatch.setattr(ray_session, "cache_root", lambda: tmp_path)
+    started = ray_session.connect(None, 2, owner=str(tmp_path / "run"))
+    try:
+        assert started
+        processes = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True) if p.name() != "raylet"]
+        agents = [line for line in processes if "dashboard/agent.py" in line or "runtime_env/agent" in line]
+        assert len(agents) == 2 and all("ray_agent_standin.py" in line for line in agents)
+        assert not [line for line in processes if "dashboard/dashboard.py" in line or "monitor.py" in line]
+
+        @ray.remote
+        def variable():
+            return os.environ.get("CURATE_TEST_VARIABLE")
+
+        assert ray.get(variable.remote(), timeout=60) is None
+        began = time.monotonic()
+        with pytest.raises(ray.exceptions.RuntimeEnvSetupError, match="curate's local Ray runs no runtime-env agent"):
+            ray.get(variable.options(runtime_env={"env_vars": {"CURATE_TEST_VARIABLE": "1"}}).remote(), timeout=60)
+        assert time.monotonic() - began < 30  # an answer, not a wait for the timeout
+    finally:
+        ray_session.disconnect(started, owner=str(tmp_path / "run"))
