@@ -348,7 +348,7 @@ def run_recipe(args, console: Console, recipe, inputs: list[str], snapshot: str,
         console.print(f"removed stage folders the current recipe does not have: {', '.join(result.removed_stages)}", soft_wrap=True)
     if result.skipped_shards:
         console.print(f"resumed: {result.skipped_shards} stage-shard(s) were already done and skipped")
-    stats.print_funnel(stats.load(output), console)
+    stats.print_funnel(stats.stage_totals(output), console)
     stats.print_passes(stats.load_passes(output), console)
     report = Path(output) / "decontamination.parquet"
     if report.exists():
@@ -368,12 +368,12 @@ def cmd_stats(args) -> int:
     from curation import stats
 
     try:
-        frame = stats.load(args.output)
+        totals = stats.stage_totals(args.output)
     except FileNotFoundError as error:
         print(f"curate: {error}", file=sys.stderr)
         return 2
     console = make_console()
-    stats.print_funnel(frame, console)
+    stats.print_funnel(totals, console)
     stats.print_passes(stats.load_passes(args.output), console)
     return 0
 

@@ -93,7 +93,7 @@ def cmd_ablate(args) -> int:
             raise RuntimeError(f"curating {recipe.name}: {len(result.failures)} shard(s) failed, e.g. {result.failures[0].error}")
         if result.skipped_shards:
             console.print(f"resumed: {result.skipped_shards} stage-shard(s) were already done and skipped")
-        stats.print_funnel(stats.load(output), console)
+        stats.print_funnel(stats.stage_totals(output), console)
 
     try:
         results = run_ablation(ablation, curate)

@@ -77,6 +77,9 @@ def test_real_warc_slices_end_to_end(tmp_path):
     kept = pq.read_table(output / "03_langid").to_pandas()
     assert set(kept.language) == {"en"} and (kept.language_score >= 0.65).all()
     assert "Curation funnel" in curate("stats", str(output)).stdout
+    printed, summed = stats.stage_totals(str(output)), stats.funnel(frame)  # the CLI's pandas-free sums are the frame's
+    assert list(printed) == list(summed.index)
+    assert all(printed[stage].get(column, 0) == pytest.approx(summed.loc[stage, column]) for stage in printed for column in summed.columns)
 
 
 def test_resume_after_kill_gives_the_uninterrupted_output(snapshot_files, fused_run, tmp_path):
