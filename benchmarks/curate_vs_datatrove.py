@@ -44,7 +44,7 @@ FINEWEB_STAGES = ("url_filter", "extract", "langid", "heuristics", "dedup_exact"
 
 
 RAY_ROLES = [  # (role, what its name or command line holds), first match wins; any other child is a worker
-    ("GCS", "gcs_server"), ("raylet", "raylet"), ("agent stand-in", "ray_agent_standin.py"), ("dashboard agent", "DashboardAgent"),
+    ("agent stand-in", "ray_agent_standin.py"), ("GCS", "gcs_server"), ("raylet", "raylet"), ("dashboard agent", "DashboardAgent"),
     ("dashboard agent", "dashboard/agent.py"), ("runtime-env agent", "RuntimeEnvAgent"),
     ("runtime-env agent", "runtime_env/agent"), ("dashboard head (API server)", "dashboard/dashboard.py"),
     ("log monitor", "log_monitor.py"), ("autoscaler monitor", "autoscaler/_private/monitor.py"),

@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import fsspec
-import numba
 import numpy as np
 import pyarrow as pa
 
@@ -153,34 +152,12 @@ def keys_step(ctx: PassContext, shard: int) -> dict:
     return {"docs": table.num_rows, "keys": len(nodes), **found.stats}
 
 
-@numba.njit(cache=True)
-def _union_find(left, right, count):
-    """Root (smallest index) of every index 0..count-1 after joining each left[i] with right[i]."""
-    parent = np.arange(count)
-    for i in range(len(left)):
-        a, b = left[i], right[i]
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        while parent[b] != b:
-            parent[b] = parent[parent[b]]
-            b = parent[b]
-        if a < b:
-            parent[b] = a
-        elif b < a:
-            parent[a] = b
-    for i in range(count):
-        root = i
-        while parent[root] != root:
-            root = parent[root]
-        parent[i] = root
-    return parent
-
-
 def local_components(u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The same components as the edges (u, v), as edges (member, smallest member)."""
+    from curation.dedup_kernels import union_find
+
     nodes, inverse = np.unique(np.r_[u, v], return_inverse=True)
-    roots = _union_find(inverse[: len(u)], inverse[len(u) :], len(nodes))
+    roots = union_find(inverse[: len(u)], inverse[len(u) :], len(nodes))
     member = np.flatnonzero(roots != np.arange(len(nodes)))
     return nodes[member], nodes[roots[member]]
 
@@ -218,33 +195,14 @@ def verify_first_step(ctx: PassContext, shard: int) -> dict:
     return {"pairs": len(u)}
 
 
-@numba.njit(cache=True)
-def _jaccard(left, left_offsets, right, right_offsets):
-    """Jaccard of sorted unique sets: left[left_offsets[i]:left_offsets[i+1]] against the same slice of right."""
-    out = np.empty(len(left_offsets) - 1)
-    for i in range(len(out)):
-        a, a_end, b, b_end = left_offsets[i], left_offsets[i + 1], right_offsets[i], right_offsets[i + 1]
-        size = (a_end - a) + (b_end - b)
-        common = 0
-        while a < a_end and b < b_end:
-            if left[a] == right[b]:
-                common += 1
-                a += 1
-                b += 1
-            elif left[a] < right[b]:
-                a += 1
-            else:
-                b += 1
-        out[i] = common / (size - common) if size > common else 1.0
-    return out
-
-
 def verify_second_step(ctx: PassContext, shard: int) -> dict:
     """True Jaccard of each pair whose second document lives in this shard; pairs under threshold are dropped."""
+    from curation.dedup_kernels import jaccard
+
     pairs = _read_folder(ctx, f"pairs2/s{shard:05d}", pa.schema([("u", pa.int64()), ("v", pa.int64()), ("u_shingles", pa.list_(pa.uint32()))]))
     v_shingles = _shingles(ctx, shard).take(pa.array(node_row(pairs["v"].to_numpy()))) if pairs.num_rows else pa.array([], pa.list_(pa.uint32()))
     left, right = pairs["u_shingles"].combine_chunks(), pa.chunked_array([v_shingles]).combine_chunks()
-    similarity = _jaccard(
+    similarity = jaccard(
         left.values.to_numpy(), left.offsets.to_numpy(), right.values.to_numpy(), right.offsets.to_numpy()
     ) if pairs.num_rows else np.empty(0)  # fmt: skip
     accepted = similarity >= stage_of(ctx).verify_threshold

@@ -12,6 +12,7 @@ Invoked as `python -u ray_agent_standin.py <the agent's script> <the agent's arg
 
 import http.server
 import os
+import socket
 import sys
 import threading
 import time
@@ -22,6 +23,7 @@ REFUSAL = b"curate's local Ray runs no runtime-env agent: give --ray-address of 
 
 class _Refuse(http.server.BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802 (the name http.server calls)
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))  # read, so closing sends no reset
         self.send_response(501)
         self.send_header("Content-Length", str(len(REFUSAL)))
         self.end_headers()
@@ -42,11 +44,13 @@ def _persist(session_dir: str, node_id: str, name: str, port: int) -> None:
 
 
 def main(argv: list[str]) -> None:
-    raylet = os.getppid()
+    raylet = int(os.environ.get("RAY_RAYLET_PID") or os.getppid())  # Ray sets it for its agents
     agent, options = argv[0], dict(arg[2:].split("=", 1) for arg in argv[1:] if arg.startswith("--") and "=" in arg)
     session_dir, node_id = options["session-dir"], options["node-id"]
     if "runtime_env" in agent:
-        server = http.server.HTTPServer((options["node-ip-address"], 0), _Refuse)
+        address = options["node-ip-address"]
+        server_class = type("Server", (http.server.HTTPServer,), {"address_family": socket.getaddrinfo(address, 0)[0][0]})
+        server = server_class((address, int(options.get("runtime-env-agent-port") or 0)), _Refuse)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         _persist(session_dir, node_id, "runtime_env_agent_port", server.server_address[1])
     else:

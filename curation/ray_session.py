@@ -30,6 +30,7 @@ import psutil
 from filters.packaged import cache_root
 
 OBJECT_STORE_BYTES = 200 * 1024**2  # tasks pass file paths and small stats, never tables
+STAND_IN_CHECKED_ON = ("2.60",)  # Ray versions (major.minor) the agent stand-in was checked on: its start, tasks, refusal
 
 
 def check_address(address: str) -> None:
@@ -140,19 +141,26 @@ def _stop_leftovers(owner: str) -> None:
 def _lean_local_ray():
     """Ray's node startup without the monitors and the API server, with curation/ray_agent_standin.py in place of its
     two agents, and without the second Ray waits for a raylet that registers a moment after it first asks (see the
-    module's docstring)."""
-    import ray._private.utils
-    from ray._private import node, parameter, ray_constants, services
-    from ray._private.state import GlobalState
+    module's docstring). Only on the Ray versions the stand-in's contract with the raylet (port files, -1 for "not
+    available", HTTP to the runtime-env agent) was checked on; any other starts as ray.init does."""
+    import ray
 
-    original_params = parameter.RayParams.__init__
-    original_python = getattr(services, "_build_python_executable_command_memory_profileable", None)
-    original_get_node = getattr(services, "get_node", None)
-    if None in (original_python, original_get_node, getattr(node.Node, "start_api_server", None)) or not {
-        "no_monitor", "include_log_monitor"} <= set(original_params.__code__.co_varnames):  # fmt: skip
-        yield  # another Ray version: start it as ray.init does
+    try:
+        import ray._private.utils
+        from ray._private import node, parameter, ray_constants, services
+        from ray._private.state import GlobalState
+
+        agents = {ray_constants.PROCESS_TYPE_DASHBOARD_AGENT, ray_constants.PROCESS_TYPE_RUNTIME_ENV_AGENT}
+        original_params, original_python = parameter.RayParams.__init__, services._build_python_executable_command_memory_profileable
+        original_get_node, options_of, _ = services.get_node, services._get_gcs_client_options, node.Node.start_api_server
+        _ = ray._private.utils.get_dashboard_dependency_error
+        checked = ray.__version__.rsplit(".", 1)[0] in STAND_IN_CHECKED_ON
+        checked &= {"no_monitor", "include_log_monitor"} <= set(original_params.__code__.co_varnames)
+    except (AttributeError, ImportError):
+        checked = False
+    if not checked:
+        yield
         return
-    agents = {ray_constants.PROCESS_TYPE_DASHBOARD_AGENT, ray_constants.PROCESS_TYPE_RUNTIME_ENV_AGENT}
 
     def lean(self, *args, **kwargs):
         original_params(self, *args, **kwargs)
@@ -168,13 +176,21 @@ def _lean_local_ray():
         return original_python(component, session_dir, unbuffered)
 
     def get_node_once_registered(gcs_address, node_id):
-        """Ray's get_node sleeps a whole second when the raylet has not registered yet, as it never has at first ask."""
+        """Ray's get_node sleeps a whole second when the raylet has not registered yet, as it never has at first ask;
+        a raylet that died says so at once instead of after Ray's 30 s of retries."""
         state = GlobalState()
-        state._initialize_global_state(services._get_gcs_client_options(gcs_address))
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not any(n["NodeID"] == node_id and n["Alive"] for n in state.node_table()):
-            time.sleep(0.02)
-        state.disconnect()
+        state._initialize_global_state(options_of(gcs_address))
+        deadline = time.monotonic() + float(os.environ.get("RAY_raylet_start_wait_time_s", 30))
+        try:
+            while not any(n["NodeID"] == node_id and n["Alive"] for n in state.node_table()):
+                raylets = [p for p in psutil.Process().children() if p.name() == "raylet" and p.status() != psutil.STATUS_ZOMBIE]
+                if not raylets or time.monotonic() > deadline:
+                    what = "exited" if not raylets else "did not register"
+                    raise RayletGone(f"Ray's raylet {what} at start-up: see raylet.err in Ray's session logs "
+                                     "(/tmp/ray/session_latest/logs unless RAY_TMPDIR is set)")  # fmt: skip
+                time.sleep(0.02)
+        finally:
+            state.disconnect()
         return original_get_node(gcs_address, node_id)
 
     patches = [
@@ -193,3 +209,7 @@ def _lean_local_ray():
     finally:
         for owner, name, original in saved:
             setattr(owner, name, original)
+
+
+class RayletGone(Exception):
+    """Not a RuntimeError, which Ray's node start-up catches and retries for 30 s."""

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import fsspec
-import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -242,61 +241,6 @@ def load_choice_items(spec: BenchmarkSpec) -> list[ChoiceItem]:
     return items
 
 
-@numba.njit(cache=True)
-def ngram_hashes(buffer, offsets, n, bitmap):
-    """Hashes of every run of n words of each document (`buffer[offsets[i]:offsets[i+1]]`, single spaces), with the
-    document and the first word of each: word FNV-1a hashes, combined as a polynomial rolled over the words. With a
-    non-empty `bitmap` (bit `hash >> (64 - log2 bits)` set for every indexed hash) only hashes whose bit is set come
-    out, so a lookup touches one bit per n-gram instead of searching the index."""
-    base = np.uint64(0x9E3779B97F4A7C15)
-    top = np.uint64(1)
-    for _ in range(n - 1):
-        top *= base
-    shift = np.uint64(64 - int(np.log2(len(bitmap) * 64))) if len(bitmap) else np.uint64(0)
-    capacity = 1024
-    hashes = np.empty(capacity, dtype=np.uint64)
-    docs = np.empty(capacity, dtype=np.int64)
-    starts = np.empty(capacity, dtype=np.int64)
-    ring = np.empty(n, dtype=np.uint64)
-    out = 0
-    for doc in range(len(offsets) - 1):
-        start, end = offsets[doc], offsets[doc + 1]
-        if end == start:
-            continue
-        rolling = np.uint64(0)
-        word = 0
-        value = np.uint64(0xCBF29CE484222325)
-        for i in range(start, end + 1):
-            if i < end and buffer[i] != 32:
-                value = (value ^ np.uint64(buffer[i])) * np.uint64(0x100000001B3)
-                continue
-            if word >= n:
-                rolling -= ring[word % n] * top
-            rolling = rolling * base + value
-            ring[word % n] = value
-            word += 1
-            value = np.uint64(0xCBF29CE484222325)
-            if word < n:
-                continue
-            if len(bitmap):
-                bit = rolling >> shift
-                if not (bitmap[bit >> np.uint64(6)] >> (bit & np.uint64(63))) & np.uint64(1):
-                    continue
-            if out == capacity:
-                capacity *= 2
-                hashes, docs, starts = _grow(hashes, capacity), _grow(docs, capacity), _grow(starts, capacity)
-            hashes[out], docs[out], starts[out] = rolling, doc, word - n
-            out += 1
-    return hashes[:out], docs[:out], starts[:out]
-
-
-@numba.njit(cache=True)
-def _grow(array, capacity):
-    grown = np.empty(capacity, dtype=array.dtype)
-    grown[: len(array)] = array
-    return grown
-
-
 def bitmap_of(hashes: np.ndarray) -> np.ndarray:
     """A bit per hash prefix, 64 bits or more per indexed hash (at most 2^30 bits): most n-grams miss it."""
     bits = int(min(30, max(16, np.ceil(np.log2(max(1, len(hashes)) * 64)))))
@@ -324,6 +268,8 @@ class NgramIndex:
 
     @classmethod
     def build(cls, specs: list[BenchmarkSpec], n: int = 13, min_words: int = 8) -> "NgramIndex":
+        from filters import benchmark_index_kernels
+
         names, ids, texts, owners, stats = [], [], [], [], {}
         for spec in specs:
             loaded = load_items(spec)
@@ -339,7 +285,7 @@ class NgramIndex:
         words = np.where(np.diff(offsets) > 0, spaces[offsets[1:]] - spaces[offsets[:-1]] + 1, 0)
         keys, per_item = {}, np.zeros(len(ids), dtype=np.int64)
         for length in sorted({n} | {int(k) for k in np.unique(words) if min_words <= k < n}):
-            hashes, candidates, _ = ngram_hashes(buffer, offsets, length, np.empty(0, np.uint64))
+            hashes, candidates, _ = benchmark_index_kernels.ngram_hashes(buffer, offsets, length, np.empty(0, np.uint64))
             if length < n:  # a short candidate is indexed whole: only its own full-length run counts
                 whole = words[candidates] == length
                 hashes, candidates = hashes[whole], candidates[whole]
@@ -373,11 +319,13 @@ class NgramIndex:
 
     def lookup(self, buffer: np.ndarray, offsets: np.ndarray) -> Matches:
         """Every n-gram (and whole short item) of the normalized documents that is in the index."""
+        from filters import benchmark_index_kernels
+
         found = []
         for length, (keys, items) in self.keys.items():
             if length not in self.bitmaps:
                 self.bitmaps[length] = bitmap_of(keys)
-            hashes, docs, starts = ngram_hashes(buffer, offsets, length, self.bitmaps[length])
+            hashes, docs, starts = benchmark_index_kernels.ngram_hashes(buffer, offsets, length, self.bitmaps[length])
             left = np.searchsorted(keys, hashes, side="left")
             right = np.searchsorted(keys, hashes, side="right")
             counts = right - left

@@ -15,7 +15,6 @@ import sys
 from bisect import bisect_left
 from functools import cached_property
 
-import numba
 import numpy as np
 import pyarrow as pa
 import regex
@@ -44,7 +43,6 @@ POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cooki
 VOCAB_LIMIT = 500_000
 _PARAGRAPHS = re.compile(r"\n{2,}")
 _LINES = re.compile("\n+")
-_HASH_BASE = np.uint64(0x100000001B3)  # FNV's prime: n-gram hashes for the tables of _find
 
 
 class _Rules(BaseModel):
@@ -173,88 +171,6 @@ def _covering(starts: list[int], stops: list[int], start: int, end: int) -> tupl
     return first, last
 
 
-@numba.njit(cache=True)
-def _slots(count: int) -> np.ndarray:
-    """An open-addressing table for `count` keys: each slot holds the position of a first occurrence, or -1."""
-    size = 16
-    while size < 2 * count:
-        size *= 2
-    return np.full(size, -1, np.int64)
-
-
-@numba.njit(cache=True)
-def _gram_hashes(values: np.ndarray, ends: np.ndarray, n: int) -> np.ndarray:
-    """A hash of values[ends[i]:ends[i + n]] for each i (polynomial, wrapping uint64): equal slices hash alike."""
-    prefix = np.zeros(len(values) + 1, np.uint64)
-    power = np.ones(len(values) + 1, np.uint64)
-    for k in range(len(values)):
-        prefix[k + 1] = prefix[k] * _HASH_BASE + np.uint64(values[k]) + np.uint64(1)
-        power[k + 1] = power[k] * _HASH_BASE
-    hashes = np.empty(len(ends) - n, np.uint64)
-    for i in range(len(hashes)):
-        a, b = ends[i], ends[i + n]
-        hashes[i] = prefix[b] - prefix[a] * power[b - a]
-    return hashes
-
-
-@numba.njit(cache=True)
-def _same(values: np.ndarray, a: int, b: int, c: int, d: int) -> bool:
-    if b - a != d - c:
-        return False
-    for k in range(b - a):
-        if values[a + k] != values[c + k]:
-            return False
-    return True
-
-
-@numba.njit(cache=True)
-def _find(slots, hashes, values, ends, n, i) -> int:
-    """The slot of the n-gram at i: the one holding an equal n-gram, else the empty slot where it belongs."""
-    mask = np.uint64(len(slots) - 1)
-    slot = (hashes[i] ^ (hashes[i] >> np.uint64(32))) & mask
-    while slots[slot] != -1:
-        j = slots[slot]
-        if hashes[j] == hashes[i] and _same(values, ends[j], ends[j + n], ends[i], ends[i + n]):
-            return slot
-        slot = (slot + np.uint64(1)) & mask
-    return slot
-
-
-@numba.njit(cache=True)
-def _top_gram_chars(orths: np.ndarray, ends: np.ndarray, n: int) -> int:
-    """datatrove's find_top_duplicate on " "-joined n-grams: characters of the most frequent one times its count, of
-    tied ones the first seen (Counter.most_common(1)). Words hold no whitespace (spaCy splits there), so n-grams
-    joined with spaces are equal exactly when their words (orths) are."""
-    positions = np.arange(len(orths) + 1)
-    hashes = _gram_hashes(orths, positions, n)
-    slots, counts = _slots(len(hashes)), np.zeros(len(hashes), np.int64)
-    for i in range(len(hashes)):
-        slot = _find(slots, hashes, orths, positions, n, i)
-        if slots[slot] == -1:
-            slots[slot] = i
-        counts[slots[slot]] += 1
-    top = np.argmax(counts)
-    return (ends[top + n] - ends[top] + n - 1) * counts[top]
-
-
-@numba.njit(cache=True)
-def _repeated_chars(joined: np.ndarray, ends: np.ndarray, n: int) -> int:
-    """datatrove's find_all_duplicate: characters of repeated ""-joined n-grams (so "ab c" repeats "a bc"), where a
-    repeat counts and its n words are skipped, unremembered. joined: the code points of "".join(words); word i is
-    joined[ends[i]:ends[i + 1]]."""
-    hashes = _gram_hashes(joined, ends, n)
-    slots, repeated, index = _slots(len(hashes)), 0, 0
-    while index < len(hashes):
-        slot = _find(slots, hashes, joined, ends, n, index)
-        if slots[slot] == -1:
-            slots[slot] = index
-            index += 1
-        else:
-            repeated += ends[index + n] - ends[index]
-            index += n
-    return repeated
-
-
 class Words:
     """A document's words: its non-space tokens, as datatrove's strip-and-drop-empty leaves them, with their flags."""
 
@@ -269,7 +185,9 @@ class Words:
         return len(self.orths)
 
     def top_gram_chars(self, n: int) -> int:
-        return int(_top_gram_chars(self.orths, self.ends, n))
+        from filters.repetition_kernels import top_gram_chars
+
+        return int(top_gram_chars(self.orths, self.ends, n))
 
     @cached_property
     def _joined(self) -> np.ndarray:
@@ -278,7 +196,9 @@ class Words:
         return codes[np.arange(self.ends[-1]) + np.repeat(self.starts - self.ends[:-1], self.lengths)]
 
     def repeated_chars(self, n: int) -> int:
-        return int(_repeated_chars(self._joined, self.ends, n)) if len(self) >= n else 0
+        from filters.repetition_kernels import repeated_chars
+
+        return int(repeated_chars(self._joined, self.ends, n)) if len(self) >= n else 0
 
 
 class HeuristicFilters(Stage):

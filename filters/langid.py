@@ -40,7 +40,8 @@ ALIASES = {"no": "nb", "iw": "he", "zh-Hant": "zh", "jw": "jv"}  # a model's lab
 RARE_LOOK_ALIKES, RARE_PRIOR = ("ms", "nn"), 0.1  # the look-alikes of id and nb, and their prior relative to them
 TOP = 3  # languages each model gives to the vote
 KANA, HAN = re.compile(r"[\u3040-\u30ff]"), re.compile(r"[\u4e00-\u9fff]")
-UNDETERMINED = "und"  # ISO 639-2's code for a language that cannot be told
+UNDETERMINED = "und"
+UNPACKED_LAYOUT = "npy+bin-1"  # in the cache key of langid.py's unpacked model: a new layout is unpacked anew  # ISO 639-2's code for a language that cannot be told
 
 
 def canonical(code: str) -> str:
@@ -71,7 +72,7 @@ def load_langid_py() -> LanguageIdentifier:
     touches: langid.py is consulted only where lid.176 and CLD2 disagree. Mapped, it loads in ~0.05 s, a worker holds
     the pages its texts visit, and the workers of a machine share them."""
     source = MODEL_DIR / MODEL_FILE
-    folder = cached("langid-py", file_digest(source), lambda staging: _unpack_langid_py(source, staging))
+    folder = cached("langid-py", file_digest(source, extra=UNPACKED_LAYOUT), lambda staging: _unpack_langid_py(source, staging))
     layout = json.loads((folder / "layout.json").read_text())
     with open(folder / "nextmove.bin", "rb") as file:  # indexing a memoryview gives Python ints, as the array did
         nextmove = memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)).cast(layout["nextmove"])

@@ -8,12 +8,13 @@ false positives the S-curve lets through. Set `bands` and `rows` to null to have
 (datasketch's weighting of false positives against false negatives).
 """
 
+from functools import cached_property
+
 import numpy as np
 import pyarrow as pa
 from pydantic import Field, model_validator
 
 from filters.duplicates import CandidateKeys, DuplicateFilter, DuplicateParams, own_columns
-from filters.minhash_kernel import permutations, sha1_hash32_many, shingle_bounds, signatures
 from filters.normalization import Normalization, normalized_bytes
 
 _FNV_PRIME = np.uint64(0x100000001B3)
@@ -61,12 +62,16 @@ class MinHasher:
     (the n-gram's words joined by single spaces, UTF-8)."""
 
     def __init__(self, num_perm: int = 112, seed: int = 1, scheme: str = "affine32", ngram: int = 5):
+        from filters.minhash_kernel import permutations
+
         self.num_perm, self.seed, self.scheme, self.ngram = num_perm, seed, scheme, ngram
         self.a, self.b = permutations(num_perm, seed, scheme)
 
     def signatures(self, buffer: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For the normalized documents `buffer[offsets[i]:offsets[i+1]]` (see `normalized_bytes`): documents x
         num_perm uint32 signatures, the shingle hashes, and each document's offsets into them."""
+        from filters.minhash_kernel import sha1_hash32_many, shingle_bounds, signatures
+
         shingle_offsets, starts, ends = shingle_bounds(buffer, offsets, self.ngram)
         hashes = sha1_hash32_many(buffer, starts, ends)
         return signatures(hashes, shingle_offsets, self.a, self.b, self.scheme == "legacy"), hashes, shingle_offsets
@@ -88,9 +93,11 @@ class MinhashDedup(DuplicateFilter):
     reason = "near_duplicate"
     adds = own_columns("near")
 
-    def setup(self) -> None:
+    @cached_property
+    def hasher(self) -> MinHasher:
+        """Built at the first document, not in setup(): the driver readies the stage to plan its pass and needs none."""
         params = self.params
-        self.hasher = MinHasher(params.num_perm, params.seed, params.scheme, params.ngram)
+        return MinHasher(params.num_perm, params.seed, params.scheme, params.ngram)
 
     @property
     def keys_per_document(self) -> int:

@@ -14,6 +14,8 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
+from curation import ray_session
+
 pytestmark = pytest.mark.slow
 CURATE = [sys.executable, "-m", "curation", "run", "fineweb-snapshot", "--num-cpus", "2", "--keep-removed"]
 
@@ -95,16 +97,24 @@ def test_a_killed_drivers_ray_is_stopped_by_the_next_run(sample_snapshot, tmp_pa
     driver = psutil.Process(process.pid)
     left = [child for child in driver.children(recursive=True) if "ray" in " ".join(child.cmdline()).lower()]
     # a worker stuck in a task (here: stopped) outlives its raylet; Ray's own processes now follow the driver within
-    # a second or two, so without one the rerun would find nothing left to stop
-    next(child for child in left if "default_worker.py" in " ".join(child.cmdline())).send_signal(signal.SIGSTOP)
-    process.send_signal(signal.SIGKILL)  # the driver alone, as an OOM kill would: its Ray is orphaned
-    process.wait()
-    time.sleep(1)
-    orphans = [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert orphans, "nothing outlived the driver: the test no longer shows the problem"
-    rerun = subprocess.run(CURATE + ["--input", f"{sample_snapshot}/*.warc.gz", "--output", str(output)],
-                           capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert rerun.returncode == 0, rerun.stderr
-    assert "left running by an earlier, killed run" in rerun.stderr
-    time.sleep(1)
+    # a second or two, so without one the rerun would find nothing left to stop. A worker renames itself (ray::IDLE):
+    # it is told by its parent, the raylet, and must be one that started with Ray, which is what the record holds
+    raylet = next(child for child in left if child.name() == "raylet")
+    recorded = {pid for pid, _ in json.loads(ray_session._record(str(output)).read_text())["processes"]}
+    stuck = next(c for c in raylet.children() if c.pid in recorded and "ray_agent_standin" not in " ".join(c.cmdline()))
+    stuck.send_signal(signal.SIGSTOP)
+    try:
+        process.send_signal(signal.SIGKILL)  # the driver alone, as an OOM kill would: its Ray is orphaned
+        process.wait()
+        time.sleep(1)
+        orphans = [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert stuck in orphans
+        rerun = subprocess.run(CURATE + ["--input", f"{sample_snapshot}/*.warc.gz", "--output", str(output)],
+                               capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert rerun.returncode == 0, rerun.stderr
+        assert "left running by an earlier, killed run" in rerun.stderr
+        time.sleep(1)
+    finally:
+        if stuck.is_running():
+            stuck.kill()
     assert not [p for p in orphans if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]

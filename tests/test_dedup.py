@@ -10,7 +10,7 @@ import pytest
 from datasketch import LeanMinHash, MinHash
 from pydantic import ValidationError
 
-from curation import dedup
+from curation import dedup, dedup_kernels
 from curation.io import read_parquet
 from curation.recipe import parse_recipe
 from curation.sources.parquet_documents import ParquetReader
@@ -212,7 +212,7 @@ def test_local_components_reduce_edges_to_stars():
 def test_jaccard_kernel():
     left = pa.array([[1, 2, 3, 4], [], [5]], pa.list_(pa.uint32()))
     right = pa.array([[2, 3, 4, 9], [], [6]], pa.list_(pa.uint32()))
-    values = dedup._jaccard(left.values.to_numpy(), left.offsets.to_numpy(), right.values.to_numpy(), right.offsets.to_numpy())
+    values = dedup_kernels.jaccard(left.values.to_numpy(), left.offsets.to_numpy(), right.values.to_numpy(), right.offsets.to_numpy())
     assert values.tolist() == [3 / 5, 1.0, 0.0]
 
 

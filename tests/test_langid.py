@@ -2,7 +2,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from filters.langid import LanguageFilter, canonical, cld2_probabilities, distribution, soft_vote
+from filters.langid import LanguageFilter, canonical, cld2_probabilities, distribution, load_langid_py, soft_vote
 from tests.conftest import SHARED_DATA, shared
 
 @pytest.fixture(scope="module")
@@ -121,3 +121,16 @@ def test_missing_model_file_names_the_path(tmp_path):
     stage = LanguageFilter(LanguageFilter.Params(model_path=str(tmp_path / "nope.bin")))
     with pytest.raises(FileNotFoundError, match="nope.bin"):
         stage.setup()
+
+
+def test_the_memory_mapped_langid_py_ranks_as_the_packaged_model(tmp_path, monkeypatch):
+    """Unpacked into a fresh cache and mapped, then read again from that cache: the same ranking of every language,
+    to the last bit, as langid.py's own loader gives, on real sentences of every language."""
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    monkeypatch.setenv("CURATE_CACHE", str(tmp_path))
+    packaged = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+    texts = [line for path in sorted(shared("langid/sentences").glob("*"))[:40] for line in path.read_text().splitlines()[:8]]
+    for mapped in (load_langid_py(), load_langid_py()):  # unpacked by the first, read from the cache by the second
+        assert [mapped.rank(text) for text in texts] == [packaged.rank(text) for text in texts]
+    assert len(list(tmp_path.glob("langid-py/*"))) == 1

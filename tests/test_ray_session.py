@@ -47,21 +47,29 @@ def test_the_agent_stand_in_writes_the_ports_ray_waits_for_and_leaves_with_its_r
     """A stand-in whose parent (the raylet) is gone exits by itself: a SIGKILLed raylet leaves nothing behind."""
     standin = str(Path(ray_session.__file__).with_name("ray_agent_standin.py"))
     args = [f"--session-dir={tmp_path}", "--node-id=abc", "--node-ip-address=127.0.0.1"]
-    launcher = (  # the launcher plays the raylet: it starts both stand-ins, prints their pids and exits
-        "import subprocess, sys, time\n"
-        f"for agent in ('ray/dashboard/agent.py', 'ray/_private/runtime_env/agent/main.py'):\n"
-        f"    print(subprocess.Popen([sys.executable, {standin!r}, agent, *{args!r}], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)\n"
-        "time.sleep(1)\n"
+    launcher = (  # plays the raylet: starts both stand-ins, prints their pids, exits once they have written their ports
+        "import os, subprocess, sys, time\n"
+        "for agent in ('ray/dashboard/agent.py', 'ray/_private/runtime_env/agent/main.py'):\n"
+        f"    print(subprocess.Popen([sys.executable, {standin!r}, agent, *{args!r}], stdout=subprocess.DEVNULL, "
+        "stderr=subprocess.DEVNULL).pid, flush=True)\n"
+        f"while len([n for n in os.listdir({str(tmp_path)!r}) if n.endswith('_abc')]) < 4:\n"
+        "    time.sleep(0.05)\n"
     )
-    pids = [int(pid) for pid in subprocess.run([sys.executable, "-c", launcher], capture_output=True, text=True, check=True).stdout.split()]
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and any(map(_running, pids)):
-        time.sleep(0.2)
-    assert not any(map(_running, pids))
-    for name in ("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port"):
-        assert (tmp_path / f"{name}_abc").read_text() == "-1"
-    assert int((tmp_path / "runtime_env_agent_port_abc").read_text()) > 0
-    assert not list(tmp_path.glob("*.tmp"))
+    done = subprocess.run([sys.executable, "-c", launcher], capture_output=True, text=True, timeout=60)
+    pids = [int(pid) for pid in done.stdout.split()]
+    try:
+        assert done.returncode == 0, done.stderr
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(map(_running, pids)):
+            time.sleep(0.2)
+        assert not any(map(_running, pids))
+        for name in ("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port"):
+            assert (tmp_path / f"{name}_abc").read_text() == "-1"
+        assert int((tmp_path / "runtime_env_agent_port_abc").read_text()) > 0
+        assert not list(tmp_path.glob("*.tmp"))
+    finally:
+        for pid in filter(_running, pids):
+            psutil.Process(pid).kill()
 
 
 @pytest.mark.slow
