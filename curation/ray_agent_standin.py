@@ -13,6 +13,7 @@ Invoked as `python -u ray_agent_standin.py <the agent's script> <the agent's arg
 import http.server
 import os
 import socket
+import socketserver
 import sys
 import threading
 import time
@@ -44,12 +45,13 @@ def _persist(session_dir: str, node_id: str, name: str, port: int) -> None:
 
 
 def main(argv: list[str]) -> None:
-    raylet = int(os.environ.get("RAY_RAYLET_PID") or os.getppid())  # Ray sets it for its agents
+    raylet = os.getppid()
     agent, options = argv[0], dict(arg[2:].split("=", 1) for arg in argv[1:] if arg.startswith("--") and "=" in arg)
     session_dir, node_id = options["session-dir"], options["node-id"]
     if "runtime_env" in agent:
         address = options["node-ip-address"]
-        server_class = type("Server", (http.server.HTTPServer,), {"address_family": socket.getaddrinfo(address, 0)[0][0]})
+        server_class = type("Server", (http.server.HTTPServer,), {  # no reverse DNS lookup of our own address either
+            "address_family": socket.getaddrinfo(address, 0)[0][0], "server_bind": socketserver.TCPServer.server_bind})
         server = server_class((address, int(options.get("runtime-env-agent-port") or 0)), _Refuse)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         _persist(session_dir, node_id, "runtime_env_agent_port", server.server_address[1])

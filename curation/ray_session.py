@@ -30,6 +30,7 @@ import psutil
 from filters.packaged import cache_root
 
 OBJECT_STORE_BYTES = 200 * 1024**2  # tasks pass file paths and small stats, never tables
+RAYLET_START_WAIT_S = 30  # as Ray waits for its raylet to register
 STAND_IN_CHECKED_ON = ("2.60",)  # Ray versions (major.minor) the agent stand-in was checked on: its start, tasks, refusal
 
 
@@ -67,15 +68,24 @@ def connect(address: str | None, num_cpus: int | None, owner: str) -> bool:
         return False
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # read by each worker's pyarrow at import
     _stop_leftovers(owner)
-    with _lean_local_ray():
-        ray.init(
-            address="local",  # a cluster of its own, even when another was started on this machine or RAY_ADDRESS is set
-            num_cpus=num_cpus or os.cpu_count(),
-            include_dashboard=False,
-            object_store_memory=OBJECT_STORE_BYTES,
-            logging_level=logging.WARNING,
-            log_to_driver=False,
-        )
+    before = {child.pid for child in psutil.Process().children(recursive=True)}
+    try:
+        with _lean_local_ray():
+            ray.init(
+                address="local",  # a cluster of its own, even when another was started here or RAY_ADDRESS is set
+                num_cpus=num_cpus or os.cpu_count(),
+                include_dashboard=False,
+                object_store_memory=OBJECT_STORE_BYTES,
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+            )
+    except BaseException as error:  # a half-started Ray would live as long as this process
+        for child in psutil.Process().children(recursive=True):
+            if child.pid not in before:
+                child.kill()
+        if isinstance(error, RayletGone):
+            raise SystemExit(f"curate: {error}") from None
+        raise
     _record_processes(owner)
     return True
 
@@ -180,12 +190,13 @@ def _lean_local_ray():
         a raylet that died says so at once instead of after Ray's 30 s of retries."""
         state = GlobalState()
         state._initialize_global_state(options_of(gcs_address))
-        deadline = time.monotonic() + float(os.environ.get("RAY_raylet_start_wait_time_s", 30))
+        deadline, seen = time.monotonic() + RAYLET_START_WAIT_S, False
         try:
             while not any(n["NodeID"] == node_id and n["Alive"] for n in state.node_table()):
-                raylets = [p for p in psutil.Process().children() if p.name() == "raylet" and p.status() != psutil.STATUS_ZOMBIE]
-                if not raylets or time.monotonic() > deadline:
-                    what = "exited" if not raylets else "did not register"
+                alive = _raylet_alive()
+                seen |= alive
+                if (seen and not alive) or time.monotonic() > deadline:
+                    what = "exited" if seen and not alive else "did not register"
                     raise RayletGone(f"Ray's raylet {what} at start-up: see raylet.err in Ray's session logs "
                                      "(/tmp/ray/session_latest/logs unless RAY_TMPDIR is set)")  # fmt: skip
                 time.sleep(0.02)
@@ -209,6 +220,17 @@ def _lean_local_ray():
     finally:
         for owner, name, original in saved:
             setattr(owner, name, original)
+
+
+def _raylet_alive() -> bool:
+    """Whether a child of this process named raylet runs (one reaped while it is asked about does not)."""
+    for child in psutil.Process().children():
+        try:
+            if child.name() == "raylet" and child.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            continue
+    return False
 
 
 class RayletGone(Exception):

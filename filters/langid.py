@@ -40,8 +40,8 @@ ALIASES = {"no": "nb", "iw": "he", "zh-Hant": "zh", "jw": "jv"}  # a model's lab
 RARE_LOOK_ALIKES, RARE_PRIOR = ("ms", "nn"), 0.1  # the look-alikes of id and nb, and their prior relative to them
 TOP = 3  # languages each model gives to the vote
 KANA, HAN = re.compile(r"[\u3040-\u30ff]"), re.compile(r"[\u4e00-\u9fff]")
-UNDETERMINED = "und"
-UNPACKED_LAYOUT = "npy+bin-1"  # in the cache key of langid.py's unpacked model: a new layout is unpacked anew  # ISO 639-2's code for a language that cannot be told
+UNDETERMINED = "und"  # ISO 639-2's code for a language that cannot be told
+UNPACKED_LAYOUT = "npy+bin-1"  # in the cache key of langid.py's unpacked model: a new layout is unpacked anew
 
 
 def canonical(code: str) -> str:

@@ -20,6 +20,13 @@ pytestmark = pytest.mark.slow
 CURATE = [sys.executable, "-m", "curation", "run", "fineweb-snapshot", "--num-cpus", "2", "--keep-removed"]
 
 
+def _command(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except psutil.NoSuchProcess:
+        return "ray_agent_standin: gone"  # not a worker to pick
+
+
 def finished_tasks(manifest: Path) -> tuple[int, int]:
     """(stage-shards, dedup pass tasks) the manifest has as done."""
     try:
@@ -95,13 +102,15 @@ def test_a_killed_drivers_ray_is_stopped_by_the_next_run(sample_snapshot, tmp_pa
     while time.time() < deadline and finished_tasks(output / "manifest.json")[0] == 0:
         time.sleep(0.05)
     driver = psutil.Process(process.pid)
-    left = [child for child in driver.children(recursive=True) if "ray" in " ".join(child.cmdline()).lower()]
+    left = [child for child in driver.children(recursive=True) if "ray" in _command(child).lower()]
     # a worker stuck in a task (here: stopped) outlives its raylet; Ray's own processes now follow the driver within
     # a second or two, so without one the rerun would find nothing left to stop. A worker renames itself (ray::IDLE):
     # it is told by its parent, the raylet, and must be one that started with Ray, which is what the record holds
     raylet = next(child for child in left if child.name() == "raylet")
     recorded = {pid for pid, _ in json.loads(ray_session._record(str(output)).read_text())["processes"]}
-    stuck = next(c for c in raylet.children() if c.pid in recorded and "ray_agent_standin" not in " ".join(c.cmdline()))
+    stuck = next((c for c in raylet.children() if c.pid in recorded and "ray_agent_standin" not in _command(c)), None)
+    if stuck is None:
+        pytest.fail(f"no worker of the record {sorted(recorded)} among the raylet's children")
     stuck.send_signal(signal.SIGSTOP)
     try:
         process.send_signal(signal.SIGKILL)  # the driver alone, as an OOM kill would: its Ray is orphaned

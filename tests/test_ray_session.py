@@ -76,6 +76,8 @@ def test_the_agent_stand_in_writes_the_ports_ray_waits_for_and_leaves_with_its_r
 def test_a_local_ray_runs_tasks_without_ray_agents_and_refuses_runtime_environments_at_once(tmp_path, monkeypatch):
     import ray
 
+    if ray.__version__.rsplit(".", 1)[0] not in ray_session.STAND_IN_CHECKED_ON:
+        pytest.skip(f"Ray {ray.__version__} starts with its own agents: the stand-in was checked on {ray_session.STAND_IN_CHECKED_ON}")
     monkeypatch.setattr(ray_session, "cache_root", lambda: tmp_path)
     started = ray_session.connect(None, 2, owner=str(tmp_path / "run"))
     try:
@@ -96,3 +98,22 @@ def test_a_local_ray_runs_tasks_without_ray_agents_and_refuses_runtime_environme
         assert time.monotonic() - began < 30  # an answer, not a wait for the timeout
     finally:
         ray_session.disconnect(started, owner=str(tmp_path / "run"))
+
+
+@pytest.mark.slow
+def test_a_raylet_that_dies_at_start_is_one_error_at_once_and_leaves_no_process(tmp_path, monkeypatch):
+    """The raylet exits with its agents: a stand-in that cannot start takes it down. The run says so within seconds
+    (Ray itself retried for 30 s, then 30 more) and no half-started Ray outlives the attempt."""
+    import ray
+
+    if ray.__version__.rsplit(".", 1)[0] not in ray_session.STAND_IN_CHECKED_ON:
+        pytest.skip(f"Ray {ray.__version__} starts with its own agents")
+    monkeypatch.setattr(ray_session, "cache_root", lambda: tmp_path)
+    monkeypatch.setattr(ray_session, "Path", lambda _: tmp_path / "missing" / "ray_session.py")  # the stand-in's script
+    before = {child.pid for child in psutil.Process().children(recursive=True)}
+    began = time.monotonic()
+    with pytest.raises(SystemExit, match="raylet exited at start-up"):
+        ray_session.connect(None, 1, owner=str(tmp_path / "run"))
+    assert time.monotonic() - began < 25
+    time.sleep(0.5)
+    assert not [c for c in psutil.Process().children(recursive=True) if c.pid not in before and _running(c.pid)]
