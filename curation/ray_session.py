@@ -122,8 +122,9 @@ def _alive(pid: int, started: float) -> psutil.Process | None:
 
 
 def _stop_leftovers(owner: str) -> None:
-    """A driver killed with SIGKILL leaves its Ray behind (agents lived ~70 s here, workers at times longer): the
-    next run of the same folder stops what is still alive of it, and says so. A Ray whose driver still runs (the same
+    """A driver killed with SIGKILL could leave its Ray behind (Ray's own agents lived ~70 s here; the stand-ins, the
+    raylet and its workers now die with it, but a process that outlives it still can): the next run of the same
+    folder stops what is still alive of it, and says so. A Ray whose driver still runs (the same
     folder curated from another shell) is left alone."""
     record = _record(owner)
     if not record.is_file():
@@ -160,12 +161,14 @@ def _lean_local_ray():
         from ray._private import node, parameter, ray_constants, services
         from ray._private.state import GlobalState
 
+        targets = [(parameter.RayParams, "__init__"), (node.Node, "start_api_server"),
+                   (services, "_build_python_executable_command_memory_profileable"), (services, "get_node"),
+                   (ray._private.utils, "get_dashboard_dependency_error")]  # fmt: skip
+        original = {name: getattr(owner, name) for owner, name in targets}  # a missing one: another Ray
         agents = {ray_constants.PROCESS_TYPE_DASHBOARD_AGENT, ray_constants.PROCESS_TYPE_RUNTIME_ENV_AGENT}
-        original_params, original_python = parameter.RayParams.__init__, services._build_python_executable_command_memory_profileable
-        original_get_node, options_of, _ = services.get_node, services._get_gcs_client_options, node.Node.start_api_server
-        _ = ray._private.utils.get_dashboard_dependency_error
+        options_of = services._get_gcs_client_options
         checked = ray.__version__.rsplit(".", 1)[0] in STAND_IN_CHECKED_ON
-        checked &= {"no_monitor", "include_log_monitor"} <= set(original_params.__code__.co_varnames)
+        checked &= {"no_monitor", "include_log_monitor"} <= set(original["__init__"].__code__.co_varnames)
     except (AttributeError, ImportError):
         checked = False
     if not checked:
@@ -173,7 +176,7 @@ def _lean_local_ray():
         return
 
     def lean(self, *args, **kwargs):
-        original_params(self, *args, **kwargs)
+        original["__init__"](self, *args, **kwargs)
         self.no_monitor, self.include_log_monitor = True, False
 
     def no_api_server(self, **_):
@@ -183,7 +186,7 @@ def _lean_local_ray():
         """The agent's command line with our stand-in script before the agent's own, which it receives as argv[1]."""
         if component in agents:
             return [sys.executable, "-u", str(Path(__file__).with_name("ray_agent_standin.py"))]
-        return original_python(component, session_dir, unbuffered)
+        return original["_build_python_executable_command_memory_profileable"](component, session_dir, unbuffered)
 
     def get_node_once_registered(gcs_address, node_id):
         """Ray's get_node sleeps a whole second when the raylet has not registered yet, as it never has at first ask;
@@ -202,24 +205,17 @@ def _lean_local_ray():
                 time.sleep(0.02)
         finally:
             state.disconnect()
-        return original_get_node(gcs_address, node_id)
+        return original["get_node"](gcs_address, node_id)
 
-    patches = [
-        (parameter.RayParams, "__init__", lean),
-        (node.Node, "start_api_server", no_api_server),
-        (services, "_build_python_executable_command_memory_profileable", python_for),
-        (services, "get_node", get_node_once_registered),
-        # decides only the agent's --minimal flag, which the stand-in ignores; importing aiohttp to find out took 0.25 s
-        (ray._private.utils, "get_dashboard_dependency_error", lambda: None),
-    ]
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
-    for owner, name, replacement in patches:
+    replacements = [lean, no_api_server, python_for, get_node_once_registered, lambda: None]
+    # the last decides only the agent's --minimal flag, which the stand-in ignores; importing aiohttp for it took 0.25 s
+    for (owner, name), replacement in zip(targets, replacements):
         setattr(owner, name, replacement)
     try:
         yield
     finally:
-        for owner, name, original in saved:
-            setattr(owner, name, original)
+        for owner, name in targets:
+            setattr(owner, name, original[name])
 
 
 def _raylet_alive() -> bool:

@@ -14,8 +14,6 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from curation import ray_session
-
 pytestmark = pytest.mark.slow
 CURATE = [sys.executable, "-m", "curation", "run", "fineweb-snapshot", "--num-cpus", "2", "--keep-removed"]
 
@@ -24,7 +22,14 @@ def _command(process: psutil.Process) -> str:
     try:
         return " ".join(process.cmdline())
     except psutil.NoSuchProcess:
-        return "ray_agent_standin: gone"  # not a worker to pick
+        return ""
+
+
+def _running(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def finished_tasks(manifest: Path) -> tuple[int, int]:
@@ -94,7 +99,11 @@ def test_five_random_kills_then_a_rerun_equal_an_uninterrupted_run(many_files, t
     assert not [p for p in chaos.rglob("*") if ".tmp-" in p.name]
 
 
-def test_a_killed_drivers_ray_is_stopped_by_the_next_run(sample_snapshot, tmp_path):
+def test_a_killed_drivers_ray_does_not_outlive_it_and_the_next_run_succeeds(sample_snapshot, tmp_path):
+    """Ray kills its processes when their parent dies (the raylet and workers with the driver, even stopped ones),
+    and the agent stand-ins leave with the raylet: nothing of a SIGKILLed driver's Ray is left to the next run. What
+    the next run does with a leftover that does survive is tests/test_ray_session.py's
+    test_a_ray_is_stopped_only_once_its_driver_is_gone."""
     output = tmp_path / "run"
     process = subprocess.Popen(CURATE + ["--input", f"{sample_snapshot}/*.warc.gz", "--output", str(output)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
@@ -103,27 +112,13 @@ def test_a_killed_drivers_ray_is_stopped_by_the_next_run(sample_snapshot, tmp_pa
         time.sleep(0.05)
     driver = psutil.Process(process.pid)
     left = [child for child in driver.children(recursive=True) if "ray" in _command(child).lower()]
-    # a worker stuck in a task (here: stopped) outlives its raylet; Ray's own processes now follow the driver within
-    # a second or two, so without one the rerun would find nothing left to stop. A worker renames itself (ray::IDLE):
-    # it is told by its parent, the raylet, and must be one that started with Ray, which is what the record holds
-    raylet = next(child for child in left if child.name() == "raylet")
-    recorded = {pid for pid, _ in json.loads(ray_session._record(str(output)).read_text())["processes"]}
-    stuck = next((c for c in raylet.children() if c.pid in recorded and "ray_agent_standin" not in _command(c)), None)
-    if stuck is None:
-        pytest.fail(f"no worker of the record {sorted(recorded)} among the raylet's children")
-    stuck.send_signal(signal.SIGSTOP)
-    try:
-        process.send_signal(signal.SIGKILL)  # the driver alone, as an OOM kill would: its Ray is orphaned
-        process.wait()
-        time.sleep(1)
-        orphans = [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        assert stuck in orphans
-        rerun = subprocess.run(CURATE + ["--input", f"{sample_snapshot}/*.warc.gz", "--output", str(output)],
-                               capture_output=True, text=True, timeout=600)  # fmt: skip
-        assert rerun.returncode == 0, rerun.stderr
-        assert "left running by an earlier, killed run" in rerun.stderr
-        time.sleep(1)
-    finally:
-        if stuck.is_running():
-            stuck.kill()
-    assert not [p for p in orphans if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert any(p.name() == "raylet" for p in left) and len(left) >= 4  # GCS, raylet, stand-ins, workers
+    process.send_signal(signal.SIGKILL)  # the driver alone, as an OOM kill would
+    process.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and any(map(_running, left)):
+        time.sleep(0.2)
+    assert not any(map(_running, left))
+    rerun = subprocess.run(CURATE + ["--input", f"{sample_snapshot}/*.warc.gz", "--output", str(output)],
+                           capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr
