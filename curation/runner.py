@@ -18,6 +18,7 @@ import pyarrow as pa
 from curation import dedup, ray_session
 from curation import stats as run_stats
 from curation.io import disk_full, read_parquet, write_parquet_atomic
+from curation.pyarrow_without_pandas import spare_workers_pandas
 from curation.recipe import Recipe
 from curation.run_folder import Manifest, RunFolder
 from curation.segment import SegmentTask, run_segment
@@ -75,11 +76,13 @@ def _node() -> str:
 
 def _segment_on_node(task: SegmentTask) -> list[dict]:
     """run_segment, with the Ray node that ran it in each stage's stats."""
+    spare_workers_pandas()
     node = _node()
     return [{**stats, "node": node} for stats in run_segment(task)]
 
 
 def _pass_task_on_node(ctx: dedup.PassContext, step: str, *args) -> dict:
+    spare_workers_pandas()
     return {**dedup.run_task(ctx, step, *args), "node": _node()}
 
 

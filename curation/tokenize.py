@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from curation.io import read_json, remove_temporaries, write_json_atomic, write_parquet_atomic, write_text_atomic
+from curation.pyarrow_without_pandas import spare_workers_pandas
 from curation.run_folder import final_stage_dir
 from shard_contract import EOS_TOKEN as EOS
 from shard_contract import FILE_SEP_TOKEN, PART_STATS_DIR, REPO_NAME_TOKEN, SHARDS_KEY, SPLIT_COLUMN, STATS_FILE, TOKEN_SCHEMA, TOKENIZER_FILE, TRAIN, VALIDATION, file_digest, held_out
@@ -445,6 +446,7 @@ def tokenize_runs(run_dirs: list[str], tokenizer_path: str | None = None, vocab_
 def _tokenize_on_worker(task: PartTask) -> dict:
     """tokenize_part with one encoding thread: Ray gives the task one core, and its other cores run other parts."""
     os.environ.setdefault("RAYON_NUM_THREADS", "1")  # read by `tokenizers` when its first batch starts its threads
+    spare_workers_pandas()
     return tokenize_part(task)
 
 

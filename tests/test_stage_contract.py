@@ -106,7 +106,10 @@ def test_a_process_imports_only_the_stages_of_its_recipe_and_spacy_without_torch
         "    recipe.build(index).ready()\n"
         "print(sorted(m for m in sys.modules if m.startswith('filters.') and m.count('.') == 1))\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'presidio_analyzer'}))\n"
+        "print('spacy.cli' in sys.modules)\n"
         "import torch\n"  # still importable afterwards
+        "import spacy.cli\n"
+        "print(spacy.cli.download.__name__, 'spaCy' in spacy.info(markdown=True))\n"
     )
     root = str(Path(__file__).resolve().parents[1])
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=tmp_path,
@@ -116,6 +119,36 @@ def test_a_process_imports_only_the_stages_of_its_recipe_and_spacy_without_torch
     assert {"filters.url_filter", "filters.heuristics", "filters.pii"} <= set(loaded)
     assert not {"filters.decontam", "filters.code_signals", "filters.datatrove_step", "filters.license"} & set(loaded)
     assert eval(lines[1]) == ["presidio_analyzer"]
+    assert lines[2:] == ["False", "download True"]  # spaCy's command line: skipped, yet importable
+
+
+def test_a_worker_never_imports_pandas_for_pyarrow_yet_to_pandas_still_works():
+    """pyarrow imports pandas (~0.3 s, ~48 MiB) at its first conversion of Python objects; a worker spares it, and
+    asking pyarrow for pandas afterwards still gets it."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "import pyarrow as pa\n"
+        "from curation.pyarrow_without_pandas import spare_workers_pandas\n"
+        "from curation.recipe import parse_recipe\n"
+        "spare_workers_pandas()\n"
+        "stage = parse_recipe({'name': 'x', 'stages': [{'stage': 'heuristics'}]}, 'x.yaml').build(0)\n"
+        "text = ('The old harbour town wakes early. Fishermen check their nets while the bakery on the corner opens its '\n"
+        "        'doors, and the smell of fresh bread drifts down to the water. By nine the market is full of people who '\n"
+        "        'have come from the villages in the hills to sell cheese, honey and wool. Children run between the stalls, '\n"
+        "        'and an old man plays the accordion near the fountain. In the afternoon the wind turns, the boats come back '\n"
+        "        'with their catch, and the whole town gathers on the quay to see what the sea has given them that day.')\n"
+        "table = pa.Table.from_pylist([{'id': 'a', 'text': text}, {'id': 'b', 'text': 'short'}])\n"
+        "kept = stage.process(table).kept\n"
+        "print(kept.num_rows, 'pandas' in sys.modules)\n"
+        "frame = kept.to_pandas()\n"
+        "import pandas\n"
+        "print(type(frame).__name__, pa.array(pandas.Series([1.5, None])).type)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert run.stdout.splitlines() == ["1 False", "DataFrame double"]
 
 
 def test_planning_a_run_imports_no_numba():
