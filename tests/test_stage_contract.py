@@ -151,9 +151,9 @@ def test_a_worker_never_imports_pandas_for_pyarrow_yet_to_pandas_still_works():
     assert run.stdout.splitlines() == ["1 False", "DataFrame double"]
 
 
-def test_planning_a_run_imports_no_numba():
+def test_planning_a_run_imports_no_numba_nor_another_sources_reader():
     """The driver loads the recipe, readies the duplicate stages to plan their passes and imports the runner; numba
-    (0.2 s and 55 MiB in every driver) belongs to the workers' kernels alone."""
+    (0.2 s and 55 MiB in every driver) belongs to the workers' kernels alone, and go-enry (11 MiB) to code runs."""
     import subprocess
     import sys
 
@@ -166,6 +166,6 @@ def test_planning_a_run_imports_no_numba():
         "    stage = recipe.build(index)\n"
         "    if stage.name in ('dedup_exact', 'minhash'):\n"
         "        stage.ready()\n"
-        "print('numba' in sys.modules)\n"
+        "print('numba' in sys.modules, 'enry' in sys.modules)\n"
     )
-    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "False False"

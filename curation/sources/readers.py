@@ -1,18 +1,21 @@
-"""The reader table: a recipe's `source.kind` to the class that reads one input file of it."""
+"""The reader table: a recipe's `source.kind` to the class that reads one input file of it, imported when a file of
+that kind is read (the code reader alone loads go-enry, 11 MiB, in every worker of a web run otherwise)."""
 
 from collections.abc import Iterator
+from importlib import import_module
 
 import fsspec
 import pyarrow as pa
 
 from curation.recipe import SourceSpec
 from curation.sources import ReadResult
-from curation.sources.code_repositories import CodeReader
-from curation.sources.parquet_documents import ParquetReader
-from curation.sources.text_corpus import TextReader
-from curation.sources.warc import WarcReader
 
-READERS = {"parquet": ParquetReader, "code": CodeReader, "warc": WarcReader, "text": TextReader}
+READERS = {
+    "parquet": ("curation.sources.parquet_documents", "ParquetReader"),
+    "code": ("curation.sources.code_repositories", "CodeReader"),
+    "warc": ("curation.sources.warc", "WarcReader"),
+    "text": ("curation.sources.text_corpus", "TextReader"),
+}
 
 
 def _reader(source: SourceSpec, snapshot: str):
@@ -21,7 +24,8 @@ def _reader(source: SourceSpec, snapshot: str):
         options = {"max_payload_bytes": source.max_payload_bytes}
     elif source.kind == "text" and "max_payload_bytes" in source.model_fields_set:  # else the reader's 50 MB
         options = {"max_file_bytes": source.max_payload_bytes}
-    return READERS[source.kind](snapshot, source.source, **options)
+    module, name = READERS[source.kind]
+    return getattr(import_module(module), name)(snapshot, source.source, **options)
 
 
 def read_input(source: SourceSpec, snapshot: str, path: str) -> ReadResult:
