@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from curation import dedup
 from curation.io import ParquetPartWriter, disk_full, read_parquet, write_parquet_atomic
+from curation.pyarrow_without_pandas import keep_pandas_for_nanosecond_times
 from curation.recipe import Recipe
 from curation.run_folder import RunFolder
 from curation.schema import text_bytes
@@ -89,6 +90,7 @@ def _run_segment(task: SegmentTask, runs: dict[int, "_StageRun"]) -> list[dict]:
         streamed += 1  # stages first_stage..streamed-1 take batches
     outputs = []
     for batch in batches:
+        keep_pandas_for_nanosecond_times(batch.schema)
         output = _run_stages(task, runs, range(first_stage, streamed), batch)
         if streamed <= task.last:  # kept for a stage that needs the whole shard
             outputs.append(output)

@@ -47,10 +47,8 @@ def _import_spacy_without_its_cli() -> None:
     if "spacy" in sys.modules:
         return
     placeholders = {name: types.ModuleType(name) for name in CLI_MODULES}
-    for name, module in placeholders.items():
-        module.__path__ = []
-        module.info = _spacy_info
-        sys.modules[name] = module
+    placeholders["spacy.cli.info"].info = _spacy_info
+    sys.modules.update(placeholders)
     try:
         import spacy  # noqa: F401
     finally:

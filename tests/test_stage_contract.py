@@ -3,6 +3,14 @@ import pytest
 
 from filters.base import Annotation, Stage
 
+PROSE = (
+    "The old harbour town wakes early. Fishermen check their nets while the bakery on the corner opens its doors, and "
+    "the smell of fresh bread drifts down to the water. By nine the market is full of people who have come from the "
+    "villages in the hills to sell cheese, honey and wool. Children run between the stalls, and an old man plays the "
+    "accordion near the fountain. In the afternoon the wind turns, the boats come back with their catch, and the whole "
+    "town gathers on the quay to see what the sea has given them that day."
+)
+
 
 class EvenLength(Stage):
     """A toy stage: keeps texts of even length, annotates the length."""
@@ -122,33 +130,40 @@ def test_a_process_imports_only_the_stages_of_its_recipe_and_spacy_without_torch
     assert lines[2:] == ["False", "download True"]  # spaCy's command line: skipped, yet importable
 
 
-def test_a_worker_never_imports_pandas_for_pyarrow_yet_to_pandas_still_works():
-    """pyarrow imports pandas (~0.3 s, ~48 MiB) at its first conversion of Python objects; a worker spares it, and
-    asking pyarrow for pandas afterwards still gets it."""
+def test_a_spared_worker_imports_no_pandas_for_pyarrow_and_converts_nanosecond_times_as_before(tmp_path):
+    """pyarrow imports pandas (~0.3 s, ~48 MiB) at its first conversion of Python objects: a worker spares it; a
+    fused task whose input holds nanosecond times has pyarrow look for pandas again (without it such a time not in
+    whole microseconds cannot become a Python value), and `to_pandas` still gets pandas."""
     import subprocess
     import sys
 
     probe = (
         "import sys\n"
-        "import pyarrow as pa\n"
+        "import pyarrow as pa, pyarrow.parquet as pq\n"
         "from curation.pyarrow_without_pandas import spare_workers_pandas\n"
         "from curation.recipe import parse_recipe\n"
+        "from curation.run_folder import RunFolder\n"
+        "from curation.segment import SegmentTask, run_segment\n"
         "spare_workers_pandas()\n"
         "stage = parse_recipe({'name': 'x', 'stages': [{'stage': 'heuristics'}]}, 'x.yaml').build(0)\n"
-        "text = ('The old harbour town wakes early. Fishermen check their nets while the bakery on the corner opens its '\n"
-        "        'doors, and the smell of fresh bread drifts down to the water. By nine the market is full of people who '\n"
-        "        'have come from the villages in the hills to sell cheese, honey and wool. Children run between the stalls, '\n"
-        "        'and an old man plays the accordion near the fountain. In the afternoon the wind turns, the boats come back '\n"
-        "        'with their catch, and the whole town gathers on the quay to see what the sea has given them that day.')\n"
+        f"text = {PROSE!r}\n"
         "table = pa.Table.from_pylist([{'id': 'a', 'text': text}, {'id': 'b', 'text': 'short'}])\n"
-        "kept = stage.process(table).kept\n"
-        "print(kept.num_rows, 'pandas' in sys.modules)\n"
-        "frame = kept.to_pandas()\n"
+        "print(stage.process(table).kept.num_rows, 'pandas' in sys.modules)\n"
+        "fetched = pa.array([1_700_000_000_123_456_789], pa.timestamp('ns'))\n"
+        "path = sys.argv[1] + '/docs.parquet'\n"
+        "pq.write_table(pa.table({'id': ['a'], 'text': [text], 'fetched': fetched}), path)\n"
+        "step = {'stage': 'datatrove', 'params': {'step': 'datatrove.pipeline.filters.GopherQualityFilter'}}\n"
+        "recipe = parse_recipe({'name': 'p', 'source': {'kind': 'parquet'}, 'stages': [step]}, 'p.yaml')\n"
+        "folder = RunFolder(sys.argv[1] + '/run', recipe.stage_dirs())\n"
+        "task = SegmentTask(recipe, 0, 1, 0, path, folder, frozenset({1}), False, 's', recipe.stage_hashes([path], 's'))\n"
+        "stats = run_segment(task)\n"
+        "print(stats[1]['docs_out'], pq.read_table(folder.part(1, 0))['fetched'].equals(pa.chunked_array([fetched])))\n"
         "import pandas\n"
-        "print(type(frame).__name__, pa.array(pandas.Series([1.5, None])).type)\n"
+        "print(type(pq.read_table(path).to_pandas()).__name__, pa.array(pandas.Series([1.5, None])).null_count)\n"
     )
-    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert run.stdout.splitlines() == ["1 False", "DataFrame double"]
+    run = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.splitlines() == ["1 False", "1 True", "DataFrame 1"]
 
 
 def test_planning_a_run_imports_no_numba_nor_another_sources_reader():
@@ -166,6 +181,6 @@ def test_planning_a_run_imports_no_numba_nor_another_sources_reader():
         "    stage = recipe.build(index)\n"
         "    if stage.name in ('dedup_exact', 'minhash'):\n"
         "        stage.ready()\n"
-        "print('numba' in sys.modules, 'enry' in sys.modules)\n"
+        "print('numba' in sys.modules, 'curation.sources.code_repositories' in sys.modules, 'enry' in sys.modules)\n"
     )
-    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "False False"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "False False False"
