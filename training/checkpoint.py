@@ -7,8 +7,8 @@ and the train state is on disk, so a folder named `step-N` is always complete; a
 on 1 (or 8).
 
 torch.distributed.checkpoint (and the DTensor code it pulls in) is imported where a checkpoint is saved or loaded,
-not here: `train`'s launcher and the experiments' drivers only look for the latest checkpoint, and that import
-would cost each of them most of a second.
+not here: `train`'s launcher only looks for the latest checkpoint, and that import would cost every launch most of
+a second.
 """
 
 from __future__ import annotations
