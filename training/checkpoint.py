@@ -5,7 +5,13 @@ and the train state is on disk, so a folder named `step-N` is always complete; a
 `.tmp` folder, which is never loaded and is removed by the next save. A save that fails (a full disk) removes its
 `.tmp` folder and raises CheckpointError on every rank. DCP reshards on load, so a checkpoint taken on 2 ranks loads
 on 1 (or 8).
+
+torch.distributed.checkpoint (and the DTensor code it pulls in) is imported where a checkpoint is saved or loaded,
+not here: `train`'s launcher only looks for the latest checkpoint, and that import would cost every launch most of
+a second.
 """
+
+from __future__ import annotations
 
 import base64
 import errno
@@ -14,12 +20,13 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint.api import CheckpointException
 
 STATE_FILE = "train_state.json"
 _STEP_DIR = re.compile(r"step-(\d+)")
@@ -77,6 +84,10 @@ def _write_failure(failure: CheckpointException, folder: Path, state: dict) -> O
 
 
 def save(folder: str | Path, step: int, model, optimizer, train_state: dict, keep: int) -> Path:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
     folder = Path(folder)
     final, tmp = folder / f"step-{step:08d}", folder / f"step-{step:08d}.tmp"
     rank = dist.get_rank()
@@ -114,6 +125,9 @@ def save(folder: str | Path, step: int, model, optimizer, train_state: dict, kee
 
 def load(path: str | Path, model, optimizer) -> dict:
     """Load model and optimizer in place (resharding as needed) and return the train state."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
     dcp.load(state, checkpoint_id=str(path))

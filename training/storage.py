@@ -44,10 +44,12 @@ def sibling(path: str, name: str) -> str:
 
 
 def read_parquet(path: str, columns: list[str]) -> pa.Table:
+    """One file through ParquetFile: pq.read_table would go through the dataset layer, whose first use imports
+    pyarrow.dataset (a third of a second in every launcher and rank)."""
     if not _remote(path):
-        return pq.read_table(path, columns=columns, memory_map=True)
+        return pq.ParquetFile(path, memory_map=True).read(columns=columns)
     with fsspec.open(path, "rb") as handle:
-        return pq.read_table(handle, columns=columns)
+        return pq.ParquetFile(handle).read(columns=columns)
 
 
 def column_names(path: str) -> list[str]:
