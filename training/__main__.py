@@ -11,4 +11,4 @@ from training.cli import main
 code = main()
 sys.stdout.flush()
 sys.stderr.flush()
-os._exit(code)
+os._exit(code or 0)  # as sys.exit(None): a command that returns nothing succeeded
