@@ -166,6 +166,28 @@ def test_a_spared_worker_imports_no_pandas_for_pyarrow_and_converts_nanosecond_t
     assert run.stdout.splitlines() == ["1 False", "1 True", "DataFrame 1"]
 
 
+def test_a_spared_worker_reads_a_text_parquet_whose_id_is_a_nanosecond_time(tmp_path):
+    """The text reader converts its Parquet rows before any stage sees them: an id of nanosecond times converts as it
+    did with pandas (a pandas Timestamp's text), not into an error that fails the shard."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "import pyarrow as pa, pyarrow.parquet as pq\n"
+        "from curation.pyarrow_without_pandas import spare_workers_pandas\n"
+        "from curation.sources.text_corpus import TextReader\n"
+        "spare_workers_pandas()\n"
+        "ids = pa.array([1_700_000_000_123_456_789], pa.timestamp('ns'))\n"
+        "pq.write_table(pa.table({'text': ['a document'], 'id': ids}), sys.argv[1] + '/docs.parquet')\n"
+        "result = TextReader('s').read(sys.argv[1] + '/docs.parquet')\n"
+        "print(result.table['id'].to_pylist(), dict(result.dropped))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.splitlines() == ["['2023-11-14 22:13:20.123456789'] {}"]
+
+
 def test_planning_a_run_imports_no_numba_nor_another_sources_reader():
     """The driver loads the recipe, readies the duplicate stages to plan their passes and imports the runner; numba
     (0.2 s and 55 MiB in every driver) belongs to the workers' kernels alone, and go-enry (11 MiB) to code runs."""

@@ -695,3 +695,23 @@ def test_a_zombie_holding_the_run_lock_is_stale(tmp_path):
         run_lock.acquire(tmp_path)
     run_lock.release(lock)
     child.wait()
+
+
+def test_read_parquet_reads_the_columns_asked_in_their_order_and_names_a_missing_one(tmp_path):
+    """The trainer's reads of token shards, local (memory-mapped) or through fsspec: the columns asked, in that order,
+    and a missing column is an error naming the file, as pq.read_table's was."""
+    import fsspec
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from training.storage import read_parquet
+
+    table = pa.table({"id": ["a", "b"], "n_tokens": [3, 4], "tokens": [[1, 2, 3], [4, 5, 6, 7]]})
+    local = str(tmp_path / "part.parquet")
+    pq.write_table(table, local)
+    with fsspec.open("memory://shards/part.parquet", "wb") as handle:
+        pq.write_table(table, handle)
+    for path in (local, "memory://shards/part.parquet"):
+        assert read_parquet(path, ["n_tokens", "id"]).equals(table.select(["n_tokens", "id"]))
+        with pytest.raises(ValueError, match=f"{path} has no column split"):
+            read_parquet(path, ["id", "split"])

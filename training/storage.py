@@ -47,9 +47,17 @@ def read_parquet(path: str, columns: list[str]) -> pa.Table:
     """One file through ParquetFile: pq.read_table would go through the dataset layer, whose first use imports
     pyarrow.dataset (a third of a second in every launcher and rank)."""
     if not _remote(path):
-        return pq.ParquetFile(path, memory_map=True).read(columns=columns)
+        return _read_columns(pq.ParquetFile(path, memory_map=True), path, columns)
     with fsspec.open(path, "rb") as handle:
-        return pq.ParquetFile(handle).read(columns=columns)
+        return _read_columns(pq.ParquetFile(handle, pre_buffer=True), path, columns)
+
+
+def _read_columns(file: pq.ParquetFile, path: str, columns: list[str]) -> pa.Table:
+    """ParquetFile.read skips a column the file lacks; pq.read_table refused it, and so does this."""
+    missing = [column for column in columns if column not in file.schema_arrow.names]
+    if missing:
+        raise ValueError(f"{path} has no column {', '.join(missing)}")
+    return file.read(columns=columns)
 
 
 def column_names(path: str) -> list[str]:

@@ -15,6 +15,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from curation.pyarrow_without_pandas import keep_pandas_for_nanosecond_times
 from curation.sources import ReadResult
 from curation.sources.local_files import decode
 
@@ -49,6 +50,7 @@ def read_stack_parquet(path: str, snapshot: str, source: str, schema: pa.Schema)
     missing = [f"{column} (one of {', '.join(COLUMNS[column])})" for column in REQUIRED if found[column] is None]
     if missing:
         raise ValueError(f"{path}: a code Parquet input needs {'; '.join(missing)}; it has {table.column_names}")
+    keep_pandas_for_nanosecond_times(table.schema)  # its columns convert as they always did
     texts = found["text"].to_pylist()  # text, or bytes decoded one by one below
     repositories, paths = found["repository"].to_pylist(), found["path"].to_pylist()
     optional = {column: found[column].to_pylist() if found[column] is not None else [None] * len(texts)

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from curation.pyarrow_without_pandas import keep_pandas_for_nanosecond_times
 from curation.schema import DOCUMENT_FIELDS
 from curation.sources.local_files import decode, load_file
 from curation.sources import ReadResult
@@ -74,6 +75,7 @@ def _parquet(data: bytes) -> Iterator[Record]:
         kind = table.schema.field("text").type
         if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
             raise TypeError(f"text column of type {kind}")
+        keep_pandas_for_nanosecond_times(table.schema)  # an id or url of such times converts as it always did
         rows = table.to_pylist()
     except (pa.ArrowException, KeyError, TypeError):
         yield "bad_parquet"
