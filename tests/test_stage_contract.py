@@ -134,9 +134,6 @@ def test_a_spared_worker_imports_no_pandas_for_pyarrow_and_converts_nanosecond_t
     """pyarrow imports pandas (~0.3 s, ~48 MiB) at its first conversion of Python objects: a worker spares it; a
     fused task whose input holds nanosecond times has pyarrow look for pandas again (without it such a time not in
     whole microseconds cannot become a Python value), and `to_pandas` still gets pandas."""
-    import subprocess
-    import sys
-
     probe = (
         "import sys\n"
         "import pyarrow as pa, pyarrow.parquet as pq\n"
@@ -161,17 +158,12 @@ def test_a_spared_worker_imports_no_pandas_for_pyarrow_and_converts_nanosecond_t
         "import pandas\n"
         "print(type(pq.read_table(path).to_pandas()).__name__, pa.array(pandas.Series([1.5, None])).null_count)\n"
     )
-    run = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.splitlines() == ["1 False", "1 True", "DataFrame 1"]
+    assert fresh_process_prints(probe, tmp_path) == ["1 False", "1 True", "DataFrame 1"]
 
 
 def test_a_spared_worker_reads_a_text_parquet_whose_id_is_a_nanosecond_time(tmp_path):
     """The text reader converts its Parquet rows before any stage sees them: an id of nanosecond times converts as it
     did with pandas (a pandas Timestamp's text), not into an error that fails the shard."""
-    import subprocess
-    import sys
-
     probe = (
         "import sys\n"
         "import pyarrow as pa, pyarrow.parquet as pq\n"
@@ -183,9 +175,7 @@ def test_a_spared_worker_reads_a_text_parquet_whose_id_is_a_nanosecond_time(tmp_
         "result = TextReader('s').read(sys.argv[1] + '/docs.parquet')\n"
         "print(result.table['id'].to_pylist(), dict(result.dropped))\n"
     )
-    run = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.splitlines() == ["['2023-11-14 22:13:20.123456789'] {}"]
+    assert fresh_process_prints(probe, tmp_path) == ["['2023-11-14 22:13:20.123456789'] {}"]
 
 
 def test_planning_a_run_imports_no_numba_nor_another_sources_reader():
@@ -206,3 +196,13 @@ def test_planning_a_run_imports_no_numba_nor_another_sources_reader():
         "print('numba' in sys.modules, 'curation.sources.code_repositories' in sys.modules, 'enry' in sys.modules)\n"
     )
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "False False False"
+
+
+def fresh_process_prints(probe: str, folder) -> list[str]:
+    """The lines `probe` prints in a new Python process (pyarrow's look for pandas is per process), given `folder`."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", probe, str(folder)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout.splitlines()
