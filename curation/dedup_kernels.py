@@ -1,7 +1,7 @@
 """The compiled loops of curation/dedup.py's pass, apart so that the driver, which only plans the pass, never imports
 numba (0.2 s, 55 MiB)."""
 
-import numba
+from filters.numba_without_blas import numba
 import numpy as np
 
 

@@ -1,7 +1,7 @@
 """The compiled n-gram hashing of filters/benchmark_index.py, apart so that a process that only plans a run (the
 driver) never imports numba (0.2 s, 55 MiB)."""
 
-import numba
+from filters.numba_without_blas import numba
 import numpy as np
 
 

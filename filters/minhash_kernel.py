@@ -9,7 +9,7 @@ datasketch's (`np.random.RandomState(seed)`) for its "affine32" scheme (the defa
 with any datasketch MinHash of the same shingles.
 """
 
-import numba
+from filters.numba_without_blas import numba
 import numpy as np
 
 MERSENNE_PRIME = (1 << 61) - 1

@@ -1,7 +1,7 @@
 """The compiled n-gram counting of filters/heuristics.py (Gopher's repetition rules), apart so that a process that
 only plans a run (the driver) never imports numba (0.2 s, 55 MiB)."""
 
-import numba
+from filters.numba_without_blas import numba
 import numpy as np
 
 HASH_BASE = np.uint64(0x100000001B3)  # FNV's prime: n-gram hashes for the tables of find
