@@ -9,12 +9,14 @@ with a seed; `--parts` parts of about `--part-mib` MiB of text each. The tokeniz
 (`curation.tokenize.train_tokenizer`) trained on the first part, saved once and given to every contender.
 Contenders, each a subprocess of its own, one after the other, every one with RAYON_NUM_THREADS=1 so a worker is one
 core (the `tokenizers` library would otherwise spread each batch over every core):
-  floor      `Tokenizer.encode_batch` in one process over every part's text, batches of 1,024: encoding seconds only
+  floor      `Tokenizer.encode_batch` over every part's text, batches of 1,024, encoding seconds only: in one process,
+             and in W = 2 processes at once, each encoding every W-th part (the library's own speed per core while
+             every core works, as ours does with 2 workers)
   ours       `curate tokenize RUN --tokenizer FILE --num-cpus W` (Ray start and stop included), W = 1 and 2
   datatrove  0.10.1 ParquetReader(text only) -> DocumentTokenizer(same tokenizer.json, EOS appended, no shuffle) on a
              LocalPipelineExecutor with one task per part, W workers, under the anchor venv
 Printed: wall, tokens/s, tokens/s per core (tokens / wall / W), that per-core figure over the floor's and over
-datatrove's at the same W, peak RSS of the command's process tree (benchmarks/curate_vs_datatrove.PeakByRole), and, with
+datatrove's at the same W (a floor's "wall" is its processes' encoding seconds over W), peak RSS of the command's process tree (benchmarks/curate_vs_datatrove.PeakByRole), and, with
 `--scaling`, ours at W = 2 on 2x, 4x, 8x the parts (peak RSS should stay flat). Tokens are the documents' tokens
 (datatrove's EOS per document not counted).
 """
@@ -59,13 +61,14 @@ def make_run(folder: Path, parts: int, part_mib: float, seed: int) -> Path:
     return folder
 
 
-def floor(run: str, tokenizer_file: str) -> None:
-    """Subcommand: encode_batch over every part's text in this process; prints tokens and encoding seconds."""
+def floor(run: str, tokenizer_file: str, index: str = "0", count: str = "1") -> None:
+    """Subcommand: encode_batch over the text of every `count`-th part from `index` in this process; prints tokens and
+    encoding seconds."""
     import pyarrow.parquet as pq
     from tokenizers import Tokenizer
 
     tokenizer, tokens, seconds = Tokenizer.from_file(tokenizer_file), 0, 0.0
-    for path in sorted(Path(run, "01_final").glob("part-*.parquet")):
+    for path in sorted(Path(run, "01_final").glob("part-*.parquet"))[int(index) :: int(count)]:
         texts = pq.read_table(path, columns=["text"])["text"].to_pylist()
         started = time.perf_counter()
         for start in range(0, len(texts), 1024):
@@ -115,12 +118,8 @@ def main() -> None:
     text_mib = sum(pq.read_metadata(p).row_group(0).column(2).total_uncompressed_size for p in (run / "01_final").glob("*.parquet")) / 2**20
     print(f"{args.parts} parts, {text_mib:,.0f} MiB of text (Parquet, uncompressed), {os.cpu_count()} CPUs; work folder {work}", flush=True)
 
-    log = work / "floor.log"
-    measured([sys.executable, __file__, "floor", str(run), str(tokenizer)], log)
-    floor_result = json.loads(log.read_text().strip().splitlines()[-1])
-    tokens = floor_result["tokens"]
-    rows = [{"run": "floor: encode_batch, 1 process", "workers": 1, "tokens": tokens, "wall_s": round(floor_result["encode_s"], 2),
-             "peak_rss_mib": None}]  # fmt: skip
+    rows = [floor_row(run, tokenizer, work, workers) for workers in (1, 2)]
+    tokens = rows[0]["tokens"]
 
     def ours(folder: Path, workers: int, label: str) -> dict:
         shutil.rmtree(folder / "tokens", ignore_errors=True)  # a run from scratch, not a resume
@@ -149,9 +148,22 @@ def main() -> None:
         print_table(rows)
 
 
+def floor_row(run: Path, tokenizer: Path, work: Path, workers: int) -> dict:
+    """The floor in `workers` processes started together, each on every workers-th part."""
+    logs = [work / f"floor-{workers}-{index}.log" for index in range(workers)]
+    processes = [subprocess.Popen([sys.executable, __file__, "floor", str(run), str(tokenizer), str(index), str(workers)],
+                                  stdout=log.open("w"), stderr=subprocess.STDOUT) for index, log in enumerate(logs)]  # fmt: skip
+    if any(process.wait() for process in processes):
+        raise SystemExit(f"the floor failed: see {', '.join(map(str, logs))}")
+    results = [json.loads(log.read_text().strip().splitlines()[-1]) for log in logs]
+    name = "floor: encode_batch, 1 process" if workers == 1 else f"floor: encode_batch, {workers} processes at once"
+    return {"run": name, "workers": workers, "tokens": sum(r["tokens"] for r in results), "floor": True,
+            "wall_s": round(sum(r["encode_s"] for r in results) / workers, 2), "peak_rss_mib": None}  # fmt: skip
+
+
 def print_table(rows: list[dict]) -> None:
-    """Per core: tokens / wall / workers; `vs datatrove` at the same workers and input."""
-    floor_per_core = rows[0]["tokens"] / rows[0]["wall_s"]
+    """Per core: tokens / wall / workers; `vs floor` and `vs datatrove` at the same workers (and input)."""
+    floors = {row["workers"]: row["tokens"] / row["wall_s"] / row["workers"] for row in rows if row.get("floor")}
     print(f"\n{'run':<42}{'tokens':>12}{'wall s':>8}{'tokens/s':>12}{'per core':>11}{'vs floor':>10}{'vs datatrove':>14}{'peak RSS':>12}")
     for row in rows:
         per_core = row["tokens"] / row["wall_s"] / row["workers"]
@@ -159,12 +171,12 @@ def print_table(rows: list[dict]) -> None:
         versus = f"{per_core / (anchor['tokens'] / anchor['wall_s'] / anchor['workers']):.2f}x" if anchor and not row.get("scaled") else ""
         rss = f"{row['peak_rss_mib']:,} MiB" if row["peak_rss_mib"] is not None else ""
         print(f"{row['run']:<42}{row['tokens']:>12,}{row['wall_s']:>8.1f}{row['tokens'] / row['wall_s']:>12,.0f}{per_core:>11,.0f}"
-              f"{per_core / floor_per_core:>9.2f}x{versus:>14}{rss:>12}")  # fmt: skip
+              f"{per_core / floors[row['workers']]:>9.2f}x{versus:>14}{rss:>12}")  # fmt: skip
     print("\nours, steady state (tokens / summed task seconds: Ray's start and the driver's work left out):")
     for row in rows:
         if "task_s" in row:
             rate = row["tokens"] / row["task_s"]
-            print(f"  {row['run']}: {rate:,.0f} tokens/s per core, {rate / floor_per_core:.2f}x the floor")
+            print(f"  {row['run']}: {rate:,.0f} tokens/s per core, {rate / floors[row['workers']]:.2f}x the floor at {row['workers']} worker(s)")
 
 
 if __name__ == "__main__":
