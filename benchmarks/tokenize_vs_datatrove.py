@@ -16,8 +16,9 @@ core (the `tokenizers` library would otherwise spread each batch over every core
   datatrove  0.10.1 ParquetReader(text only) -> DocumentTokenizer(same tokenizer.json, EOS appended, no shuffle) on a
              LocalPipelineExecutor with one task per part, W workers, under the anchor venv
 Printed: wall, tokens/s, tokens/s per core (tokens / wall / W), that per-core figure over the floor's and over
-datatrove's at the same W (a floor's "wall" is its processes' encoding seconds over W), peak RSS of the command's process tree (benchmarks/curate_vs_datatrove.PeakByRole), and, with
-`--scaling`, ours at W = 2 on 2x, 4x, 8x the parts (peak RSS should stay flat). Tokens are the documents' tokens
+datatrove's at the same W (a floor's "wall": its processes' encoding seconds over W), peak RSS of the command's
+process tree (benchmarks/curate_vs_datatrove.PeakByRole), and, with `--scaling`, ours at W = 2 on 2x, 4x, 8x the
+parts (peak RSS should stay flat). Tokens are the documents' tokens
 (datatrove's EOS per document not counted).
 """
 
@@ -120,6 +121,7 @@ def main() -> None:
 
     rows = [floor_row(run, tokenizer, work, workers) for workers in (1, 2)]
     tokens = rows[0]["tokens"]
+    assert rows[1]["tokens"] == tokens, f"the floor counted {tokens} tokens in one process, {rows[1]['tokens']} in two"
 
     def ours(folder: Path, workers: int, label: str) -> dict:
         shutil.rmtree(folder / "tokens", ignore_errors=True)  # a run from scratch, not a resume
@@ -151,10 +153,15 @@ def main() -> None:
 def floor_row(run: Path, tokenizer: Path, work: Path, workers: int) -> dict:
     """The floor in `workers` processes started together, each on every workers-th part."""
     logs = [work / f"floor-{workers}-{index}.log" for index in range(workers)]
-    processes = [subprocess.Popen([sys.executable, __file__, "floor", str(run), str(tokenizer), str(index), str(workers)],
-                                  stdout=log.open("w"), stderr=subprocess.STDOUT) for index, log in enumerate(logs)]  # fmt: skip
-    if any(process.wait() for process in processes):
-        raise SystemExit(f"the floor failed: see {', '.join(map(str, logs))}")
+    processes = []
+    for index, log in enumerate(logs):
+        with log.open("w") as out:
+            processes.append(subprocess.Popen([sys.executable, __file__, "floor", str(run), str(tokenizer), str(index), str(workers)],
+                                              stdout=out, stderr=subprocess.STDOUT))  # fmt: skip
+    codes = [process.wait() for process in processes]
+    for log, code in zip(logs, codes):
+        if code:
+            raise SystemExit(f"the floor exited {code}: {log}\n{log.read_text()[-3000:]}")
     results = [json.loads(log.read_text().strip().splitlines()[-1]) for log in logs]
     name = "floor: encode_batch, 1 process" if workers == 1 else f"floor: encode_batch, {workers} processes at once"
     return {"run": name, "workers": workers, "tokens": sum(r["tokens"] for r in results), "floor": True,

@@ -1,35 +1,32 @@
-"""numba for our kernels, without the scipy.linalg it imports to look for BLAS (~0.25 s and ~15 MiB in each worker).
+"""numba for our kernels, without the scipy.linalg import of its BLAS look (~0.25 s and ~15 MiB in each worker).
 
 numba's array-math lowering, loaded by the first call of any compiled kernel (cached or not), imports
-scipy.linalg.cython_blas to learn whether `np.dot` and `np.linalg` can run in compiled code. Our kernels call neither,
-so that module is imported here, once per process, while scipy.linalg is hidden: numba then has no BLAS in this
-process (a kernel calling `np.dot` would fail to compile, with numba's "scipy 0.16+ is required for linear algebra"),
-and scipy.linalg imports as ever for any other code. A process that has scipy.linalg already loses nothing by it and
-keeps numba's BLAS.
+scipy.linalg.cython_blas once at its import to learn whether it may call BLAS for `np.correlate` and `np.convolve`
+on floats. Our kernels call neither, so that lowering is imported here, once per process, with numba's
+`ensure_blas` answering "no BLAS" for that one look (numba's own function, not the import system: another thread's
+`import scipy.linalg` is never touched). Only that choice stays: those two then run numba's plain loop, with the same
+results. `np.dot` and `np.linalg` in a kernel still work: numba looks for BLAS again when it types them, and imports
+scipy.linalg then. A process that imported the lowering already keeps its BLAS.
 """
 
-import sys
-from importlib.abc import MetaPathFinder
+import importlib
+
+import numba
+from numba.np import linalg
 
 
-class _NoScipyLinalg(MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "scipy.linalg" or name.startswith("scipy.linalg."):
-            raise ModuleNotFoundError("scipy.linalg is hidden while numba looks for BLAS", name=name)
-        return None
+def _no_blas() -> None:
+    raise ImportError("numba's BLAS look is skipped: no kernel of ours uses it")
 
 
-def _numba():
-    finder = None if "scipy.linalg" in sys.modules else _NoScipyLinalg()
-    if finder:
-        sys.meta_path.insert(0, finder)
+def _import_array_math() -> None:
+    looks_for_blas = linalg.ensure_blas
+    linalg.ensure_blas = _no_blas
     try:
-        import numba
-        import numba.np.arraymath  # noqa: F401  (where numba looks for BLAS, once)
+        array_math = importlib.import_module("numba.np.arraymath")
     finally:
-        if finder:
-            sys.meta_path.remove(finder)
-    return numba
+        linalg.ensure_blas = looks_for_blas
+    array_math.ensure_blas = looks_for_blas
 
 
-numba = _numba()
+_import_array_math()
