@@ -1,12 +1,12 @@
 """numba for our kernels, without the scipy.linalg import of its BLAS look (~0.25 s and ~15 MiB in each worker).
 
 numba's array-math lowering, loaded by the first call of any compiled kernel (cached or not), imports
-scipy.linalg.cython_blas once at its import to learn whether it may call BLAS for `np.correlate` and `np.convolve`
-on floats. Our kernels call neither, so that lowering is imported here, once per process, with numba's
-`ensure_blas` answering "no BLAS" for that one look (numba's own function, not the import system: another thread's
-`import scipy.linalg` is never touched). Only that choice stays: those two then run numba's plain loop, with the same
-results. `np.dot` and `np.linalg` in a kernel still work: numba looks for BLAS again when it types them, and imports
-scipy.linalg then. A process that imported the lowering already keeps its BLAS.
+scipy.linalg.cython_blas once at its import to learn whether it may call BLAS for `np.correlate` and `np.convolve`.
+Our kernels call neither, so that lowering is imported here, once per process, with numba's `ensure_blas` answering
+"no BLAS" for that one look (numba's own function, not the import system, which other threads use too). Only that
+choice stays: those two then run numba's plain loop, equal up to rounding. `np.dot` and `np.linalg` in a kernel still
+work: numba looks for BLAS again when it compiles them, and imports scipy.linalg then. A process that imported the
+lowering already keeps its BLAS.
 """
 
 import importlib
