@@ -178,12 +178,9 @@ def test_a_spared_worker_reads_a_text_parquet_whose_id_is_a_nanosecond_time(tmp_
     assert fresh_process_prints(probe, tmp_path) == ["['2023-11-14 22:13:20.123456789'] {}"]
 
 
-def test_planning_a_run_imports_no_numba_nor_another_sources_reader():
+def test_planning_a_run_imports_no_numba_nor_another_sources_reader(tmp_path):
     """The driver loads the recipe, readies the duplicate stages to plan their passes and imports the runner; numba
     (0.2 s and 55 MiB in every driver) belongs to the workers' kernels alone, and go-enry (11 MiB) to code runs."""
-    import subprocess
-    import sys
-
     probe = (
         "import sys\n"
         "from curation import dedup, runner\n"
@@ -195,7 +192,7 @@ def test_planning_a_run_imports_no_numba_nor_another_sources_reader():
         "        stage.ready()\n"
         "print('numba' in sys.modules, 'curation.sources.code_repositories' in sys.modules, 'enry' in sys.modules)\n"
     )
-    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "False False False"
+    assert fresh_process_prints(probe, tmp_path) == ["False False False"]
 
 
 def test_a_kernel_runs_without_numba_importing_scipy_linalg_and_np_dot_still_compiles(tmp_path):
