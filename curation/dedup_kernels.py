@@ -1,50 +1,24 @@
-"""The compiled loops of curation/dedup.py's pass, apart so that the driver, which only plans the pass, never imports
-numba (0.2 s, 55 MiB)."""
+"""The compiled loops of curation/dedup.py's pass (in filters/kernels.c)."""
 
-from filters.numba_without_blas import numba
 import numpy as np
 
+from filters.compiled_kernels import pointer, kernels
 
-@numba.njit(cache=True)
-def union_find(left, right, count):
+
+def union_find(left: np.ndarray, right: np.ndarray, count: int) -> np.ndarray:
     """Root (smallest index) of every index 0..count-1 after joining each left[i] with right[i]."""
-    parent = np.arange(count)
-    for i in range(len(left)):
-        a, b = left[i], right[i]
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        while parent[b] != b:
-            parent[b] = parent[parent[b]]
-            b = parent[b]
-        if a < b:
-            parent[b] = a
-        elif b < a:
-            parent[a] = b
-    for i in range(count):
-        root = i
-        while parent[root] != root:
-            root = parent[root]
-        parent[i] = root
+    left, right = np.ascontiguousarray(left, np.int64), np.ascontiguousarray(right, np.int64)
+    if len(left) != len(right) or (len(left) and (min(left.min(), right.min()) < 0 or max(left.max(), right.max()) >= count)):
+        raise ValueError(f"union_find: {len(left)} and {len(right)} indexes, all in 0..{count - 1} expected")
+    parent = np.arange(count, dtype=np.int64)
+    kernels().union_find(pointer(left), pointer(right), len(left), count, pointer(parent))
     return parent
 
 
-@numba.njit(cache=True)
-def jaccard(left, left_offsets, right, right_offsets):
+def jaccard(left: np.ndarray, left_offsets: np.ndarray, right: np.ndarray, right_offsets: np.ndarray) -> np.ndarray:
     """Jaccard of sorted unique sets: left[left_offsets[i]:left_offsets[i+1]] against the same slice of right."""
+    left, right = np.ascontiguousarray(left, np.uint32), np.ascontiguousarray(right, np.uint32)
+    left_offsets, right_offsets = np.ascontiguousarray(left_offsets, np.int64), np.ascontiguousarray(right_offsets, np.int64)
     out = np.empty(len(left_offsets) - 1)
-    for i in range(len(out)):
-        a, a_end, b, b_end = left_offsets[i], left_offsets[i + 1], right_offsets[i], right_offsets[i + 1]
-        size = (a_end - a) + (b_end - b)
-        common = 0
-        while a < a_end and b < b_end:
-            if left[a] == right[b]:
-                common += 1
-                a += 1
-                b += 1
-            elif left[a] < right[b]:
-                a += 1
-            else:
-                b += 1
-        out[i] = common / (size - common) if size > common else 1.0
+    kernels().jaccard(pointer(left), pointer(left_offsets), pointer(right), pointer(right_offsets), len(out), pointer(out))
     return out

@@ -191,9 +191,9 @@ class Words:
 
     @cached_property
     def _joined(self) -> np.ndarray:
-        """The code points of "".join(words)."""
+        """The code points of "".join(words), as the uint64 values the repetition kernel reads."""
         codes = np.frombuffer(self.text.encode("utf-32-le", "surrogatepass"), np.uint32)
-        return codes[np.arange(self.ends[-1]) + np.repeat(self.starts - self.ends[:-1], self.lengths)]
+        return codes[np.arange(self.ends[-1]) + np.repeat(self.starts - self.ends[:-1], self.lengths)].astype(np.uint64)
 
     def repeated_chars(self, n: int) -> int:
         from filters.repetition_kernels import repeated_chars

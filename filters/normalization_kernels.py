@@ -1,78 +1,31 @@
-"""The compiled passes of filters/normalization.py, apart so that a process that only plans a run (the driver) never
-imports numba (0.2 s, 55 MiB)."""
+"""The compiled passes of filters/normalization.py, in filters/kernels.c: UTF-8 decoded in place, one pass each."""
 
-from filters.numba_without_blas import numba
 import numpy as np
+
+from filters.compiled_kernels import pointer, checked, kernels
 
 KEEP, SPACE, DELETE, ZERO = 0, 1, 2, 3  # what collapse does with a character
 
 
-@numba.njit(cache=True)
-def decode(data, i):
-    """The code point starting at byte i of valid UTF-8, and its length in bytes."""
-    byte = data[i]
-    if byte < 0xE0:
-        return ((byte & 0x1F) << 6) | (data[i + 1] & 0x3F), 2
-    if byte < 0xF0:
-        return ((byte & 0x0F) << 12) | ((data[i + 1] & 0x3F) << 6) | (data[i + 2] & 0x3F), 3
-    return ((byte & 0x07) << 18) | ((data[i + 1] & 0x3F) << 12) | ((data[i + 2] & 0x3F) << 6) | (data[i + 3] & 0x3F), 4
+def non_ascii(data: np.ndarray) -> np.ndarray:
+    """The distinct non-ASCII code points of a UTF-8 buffer, ascending."""
+    data = np.ascontiguousarray(data, np.uint8)
+    out = np.empty(min(len(data) // 2, 0x110000) + 1, dtype=np.int64)  # each takes two bytes or more
+    return out[: checked(kernels().non_ascii(pointer(data), len(data), pointer(out)), "non_ascii")]
 
 
-@numba.njit(cache=True)
-def non_ascii(data):
-    """The distinct non-ASCII code points of a UTF-8 buffer."""
-    seen = np.zeros(0x110000, dtype=np.bool_)
-    i = 0
-    while i < len(data):
-        if data[i] < 128:
-            i += 1
-            continue
-        code, length = decode(data, i)
-        seen[code] = True
-        i += length
-    return np.flatnonzero(seen)
-
-
-@numba.njit(cache=True)
-def collapse(data, strip_punctuation, zero_digits, actions):
+def collapse(data: np.ndarray, strip_punctuation: bool, zero_digits: bool, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Split at separators (U+E000), collapse whitespace to single spaces and trim each document. ASCII bytes are
-    classified here (with `strip_punctuation` punctuation and `_` go, with `zero_digits` digits become 0); other
-    characters by `actions[code point]`, decided in Python for the few distinct ones a batch has."""
+    classified there (with `strip_punctuation` punctuation and `_` go, with `zero_digits` digits become 0); other
+    characters by `actions[code point]` (0x110000 values), decided in Python for the few distinct ones a batch has."""
+    data, actions = np.ascontiguousarray(data, np.uint8), np.ascontiguousarray(actions, np.uint8)
+    if len(actions) != 0x110000:
+        raise ValueError(f"collapse: actions holds {len(actions)} values, one per code point (0x110000) expected")
     out = np.empty(len(data), dtype=np.uint8)
-    offsets = [0]
-    written, pending_space, document_empty = 0, False, True
-    i = 0
-    while i < len(data):
-        byte = data[i]
-        length, action = 1, KEEP
-        if byte >= 128:
-            code, length = decode(data, i)
-            if code == 0xE000:
-                offsets.append(written)
-                pending_space, document_empty = False, True
-                i += length
-                continue
-            action = actions[code]
-        elif byte == 32 or 9 <= byte <= 13 or 28 <= byte <= 31:
-            action = SPACE
-        elif strip_punctuation:
-            if 48 <= byte <= 57:
-                action = ZERO if zero_digits else KEEP
-            elif not (97 <= byte <= 122 or 65 <= byte <= 90):
-                action = DELETE
-        if action == SPACE:
-            pending_space = True
-        elif action != DELETE:
-            if pending_space and not document_empty:
-                out[written] = 32
-                written += 1
-            if action == ZERO:
-                out[written] = 48
-                written += 1
-            else:
-                out[written : written + length] = data[i : i + length]
-                written += length
-            pending_space, document_empty = False, False
-        i += length
-    offsets.append(written)
-    return out[:written], np.array(offsets, dtype=np.int64)
+    offsets = np.empty(len(data) // 3 + 2, dtype=np.int64)  # a separator is 3 bytes
+    documents = np.zeros(1, dtype=np.int64)
+    written = kernels().collapse(
+        pointer(data), len(data), int(strip_punctuation), int(zero_digits), pointer(actions), pointer(out),
+        pointer(offsets), pointer(documents),
+    )  # fmt: skip
+    return out[:written], offsets[: documents[0]]

@@ -178,9 +178,9 @@ def test_a_spared_worker_reads_a_text_parquet_whose_id_is_a_nanosecond_time(tmp_
     assert fresh_process_prints(probe, tmp_path) == ["['2023-11-14 22:13:20.123456789'] {}"]
 
 
-def test_planning_a_run_imports_no_numba_nor_another_sources_reader(tmp_path):
-    """The driver loads the recipe, readies the duplicate stages to plan their passes and imports the runner; numba
-    (0.2 s and 55 MiB in every driver) belongs to the workers' kernels alone, and go-enry (11 MiB) to code runs."""
+def test_planning_a_run_loads_no_kernels_nor_another_sources_reader(tmp_path):
+    """The driver loads the recipe, readies the duplicate stages to plan their passes and imports the runner; the
+    compiled kernels belong to the workers alone (the driver never builds them), and go-enry (11 MiB) to code runs."""
     probe = (
         "import sys\n"
         "from curation import dedup, runner\n"
@@ -190,23 +190,45 @@ def test_planning_a_run_imports_no_numba_nor_another_sources_reader(tmp_path):
         "    stage = recipe.build(index)\n"
         "    if stage.name in ('dedup_exact', 'minhash'):\n"
         "        stage.ready()\n"
-        "print('numba' in sys.modules, 'curation.sources.code_repositories' in sys.modules, 'enry' in sys.modules)\n"
+        "print('filters.compiled_kernels' in sys.modules, 'curation.sources.code_repositories' in sys.modules,\n"
+        "      'enry' in sys.modules)\n"
     )
     assert fresh_process_prints(probe, tmp_path) == ["False False False"]
 
 
-def test_a_kernel_runs_without_numba_importing_scipy_linalg_and_np_dot_still_compiles(tmp_path):
-    """numba looks for BLAS through scipy.linalg at a process's first kernel call (0.25 s, 15 MiB per worker); our
-    kernels use none, so that one look is skipped. A kernel that does use BLAS still gets it."""
-    probe = (
-        "import sys\n"
-        "import numba\n"
-        "import numpy as np\n"
-        "from curation.dedup_kernels import union_find\n"
-        "print(union_find(np.array([0, 1]), np.array([1, 2]), 4).tolist(), 'scipy.linalg' in sys.modules)\n"
-        "print(numba.njit(lambda a: np.dot(a, a))(np.arange(3.0)), 'scipy.linalg' in sys.modules)\n"
-    )
-    assert fresh_process_prints(probe, tmp_path) == ["[0, 0, 0, 3] False", "5.0 True"]
+KERNEL_PROBE = (
+    "import sys\n"
+    "import numpy as np\n"
+    "from curation.dedup_kernels import union_find\n"
+    "from filters.normalization import normalize_batch\n"
+    "print(union_find(np.array([0, 1]), np.array([1, 2]), 4).tolist(), normalize_batch(['Ça  va?'], 'fineweb'),\n"
+    "      'numba' in sys.modules)\n"
+)
+
+
+def test_the_kernels_are_built_once_per_machine_and_a_failed_build_names_its_source(tmp_path, monkeypatch):
+    """The first process on a machine builds filters/kernels.c into the cache; later ones load that build without
+    running the compiler (here it fails once the first build is done), and none imports numba. Where the build
+    fails, the error names the source and the compiler's first line."""
+    import shutil
+    import subprocess
+    import sys
+
+    compiler = tmp_path / "cc"
+    compiler.write_text(f"#!/bin/sh\nexec {shutil.which('cc') or shutil.which('gcc')} \"$@\"\n")
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CC", str(compiler))
+    monkeypatch.setenv("CURATE_CACHE", str(tmp_path / "cache"))
+    assert fresh_process_prints(KERNEL_PROBE, tmp_path) == ["[0, 0, 0, 3] ['ca va'] False"]
+    (build,) = (tmp_path / "cache" / "kernels").glob("*/kernels.so")
+    compiler.write_text("#!/bin/sh\necho 'cc: no compiler here' >&2\nexit 1\n")
+    assert fresh_process_prints(KERNEL_PROBE, tmp_path) == ["[0, 0, 0, 3] ['ca va'] False"]
+    assert list((tmp_path / "cache" / "kernels").glob("*/kernels.so")) == [build]
+
+    monkeypatch.setenv("CURATE_CACHE", str(tmp_path / "empty-cache"))
+    failed = subprocess.run([sys.executable, "-c", KERNEL_PROBE], capture_output=True, text=True)
+    assert failed.returncode == 1
+    assert "RuntimeError: kernels.c: " in failed.stderr and "failed: cc: no compiler here" in failed.stderr
 
 
 def fresh_process_prints(probe: str, folder) -> list[str]:
