@@ -10,10 +10,13 @@ def ngram_hashes(buffer: np.ndarray, offsets: np.ndarray, n: int, bitmap: np.nda
     document and the first word of each: word FNV-1a hashes, combined as a polynomial rolled over the words. With a
     non-empty `bitmap` (bit `hash >> (64 - log2 bits)` set for every indexed hash) only hashes whose bit is set come
     out, so a lookup touches one bit per n-gram instead of searching the index."""
+    if n < 1 or len(offsets) < 1:
+        raise ValueError(f"ngram_hashes: n = {n} and {len(offsets)} offsets; n >= 1 and at least one offset expected")
     buffer, offsets = np.ascontiguousarray(buffer, np.uint8), np.ascontiguousarray(offsets, np.int64)
     bitmap = np.ascontiguousarray(bitmap, np.uint64)
     ring = np.empty(n, dtype=np.uint64)
-    capacity = 1024 if len(bitmap) else len(buffer) // 2 + 1  # a bitmap passes few; without one, one per word at most
+    words = len(buffer) // 2 + 1  # one n-gram per word at most
+    capacity = 1024 + words // 32 if len(bitmap) else words  # a bitmap passes ~1-2% by chance, else a second pass
     while True:
         hashes, docs, starts = np.empty(capacity, np.uint64), np.empty(capacity, np.int64), np.empty(capacity, np.int64)
         found = kernels().ngram_hashes(

@@ -3,7 +3,7 @@
 The stages' inner loops (SHA-1 over shingles, MinHash minima, n-gram counts, normalization, union-find) were numba
 kernels: each worker then imported numba and LLVM (~105 MiB and ~0.5 s before its first call) and a fresh machine
 compiled them for ~16 s in every worker at once. A shared library built from plain C costs one compiler run per
-machine (~1 s, into filters.packaged's cache, keyed by the source, the compiler and the CPU, as numba's cache was)
+machine (~1 s, into filters.packaged's cache, keyed by the source, the flags and the CPU, as numba's cache was)
 and ~100 KiB per process. `-march=native` as numba did: the build is keyed by this CPU's features, so a cache shared
 by different machines holds one build for each.
 """
@@ -12,6 +12,7 @@ import ctypes
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 from functools import cache
@@ -41,11 +42,11 @@ SIGNATURES = {  # name: (argument types, result type)
 }
 
 
-def compiler() -> str:
+def compiler() -> list[str]:
     found = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if not found:
         raise RuntimeError(f"{SOURCE.name} needs a C compiler to build once per machine: install gcc (or set CC)")
-    return found
+    return shlex.split(found)
 
 
 def _cpu() -> str:
@@ -59,17 +60,22 @@ def _cpu() -> str:
 
 
 def _build(folder: Path) -> None:
-    command = [compiler(), *FLAGS, "-o", str(folder / LIBRARY), str(SOURCE)]
-    result = subprocess.run(command, capture_output=True, text=True)
+    command = [*compiler(), *FLAGS, "-o", str(folder / LIBRARY), str(SOURCE)]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True)
+    except OSError as error:
+        raise RuntimeError(f"{SOURCE.name}: could not run the C compiler {command[0]}: {error.strerror}") from None
     if result.returncode:
-        reason = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[0]
-        raise RuntimeError(f"{SOURCE.name}: {' '.join(command[:1] + FLAGS)} failed: {reason}")
+        lines = result.stderr.strip().splitlines() or [f"exit status {result.returncode}"]
+        reason = next((line for line in lines if "error" in line), lines[0])
+        raise RuntimeError(f"{SOURCE.name}: {' '.join(command[:-3])} failed: {reason}")
 
 
 @cache
 def kernels() -> ctypes.CDLL:
-    """The built library with its functions' signatures declared (built here first if this machine has none)."""
-    key = file_digest(SOURCE, extra=json.dumps([compiler(), FLAGS, _cpu()]))
+    """The built library with its functions' signatures declared (built here first if this machine has none; a
+    machine with a build needs no compiler)."""
+    key = file_digest(SOURCE, extra=json.dumps([FLAGS, _cpu()]))
     library = ctypes.CDLL(str(cached("kernels", key, _build) / LIBRARY))
     for name, (arguments, result) in SIGNATURES.items():
         function = getattr(library, name)
@@ -78,12 +84,14 @@ def kernels() -> ctypes.CDLL:
 
 
 def pointer(array: np.ndarray):
-    """A C-contiguous array's data as a pointer argument, holding the array until the call returns: a writable
-    array's buffer through ctypes (~0.4 us), a read-only one's address (~2 us)."""
+    """A C-contiguous array's data as a pointer argument that holds the array until the call returns: a writable
+    array's buffer through ctypes (~0.4 us), a read-only or empty one's address (~2 us)."""
+    if not array.flags.c_contiguous:
+        raise ValueError("a kernel's array must be C-contiguous")
     try:
         return ctypes.byref(_BYTE.from_buffer(array))
     except (TypeError, ValueError):  # read-only, or empty
-        return array.ctypes.data
+        return array.ctypes.data_as(ctypes.c_void_p)
 
 
 def checked(result: int, kernel: str) -> int:

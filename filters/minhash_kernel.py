@@ -36,6 +36,8 @@ def shingle_bounds(buf: np.ndarray, offsets: np.ndarray, ngram: int) -> tuple[np
     """Byte ranges of each document's word n-grams (`buf[offsets[i]:offsets[i+1]]` is document i, words separated by
     single spaces), and where each document's shingles begin. A non-empty document shorter than n words is one
     shingle; an empty one has none."""
+    if ngram < 1 or len(offsets) < 1:
+        raise ValueError(f"shingle_bounds: ngram = {ngram} and {len(offsets)} offsets; >= 1 of each expected")
     buf, offsets = np.ascontiguousarray(buf, np.uint8), np.ascontiguousarray(offsets, np.int64)
     docs = len(offsets) - 1
     shingle_offsets = np.empty(docs + 1, dtype=np.int64)

@@ -239,3 +239,23 @@ def fresh_process_prints(probe: str, folder) -> list[str]:
     run = subprocess.run([sys.executable, "-c", probe, str(folder)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     return run.stdout.splitlines()
+
+
+def test_kernels_refuse_what_would_crash_the_process_with_one_error():
+    """A zero n (a modulo by zero in C) or missing offsets raise ValueError, not a signal that kills the worker."""
+    import numpy as np
+
+    from filters.benchmark_index_kernels import ngram_hashes
+    from filters.minhash_kernel import shingle_bounds
+    from filters.repetition_kernels import repeated_chars
+
+    words = np.frombuffer(b"a b", np.uint8)
+    for call in (
+        lambda: shingle_bounds(words, np.array([0, 3]), 0),
+        lambda: shingle_bounds(words, np.empty(0, np.int64), 5),
+        lambda: ngram_hashes(words, np.array([0, 3]), 0, np.empty(0, np.uint64)),
+        lambda: repeated_chars(np.arange(3, dtype=np.uint64), np.array([0, 1, 2, 3]), 0),
+    ):
+        with pytest.raises(ValueError):
+            call()
+    assert shingle_bounds(words, np.array([0, 3]), 1)[0].tolist() == [0, 2]
