@@ -15,6 +15,7 @@ import importlib.util
 import os
 import sys
 import time
+import traceback
 
 import torch
 import torch.distributed as dist
@@ -60,6 +61,7 @@ def measure(kernel: str, compiled: bool, recipe: str, args, mesh, device) -> dic
     tokens = torch.randint(0, config.vocab_size, (args.micro_batch, args.seq_len + 1), device=device, generator=generator)
     torch.cuda.reset_peak_memory_stats(device)
     losses = []
+    began = time.perf_counter()
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
             torch.cuda.synchronize()
@@ -76,7 +78,8 @@ def measure(kernel: str, compiled: bool, recipe: str, args, mesh, device) -> dic
     seconds = time.perf_counter() - started
     per_gpu = args.steps * args.micro_batch * args.seq_len / seconds
     result = {"tokens_per_s": per_gpu, "flops": per_gpu * flops_per_token(config, model.num_params(), args.seq_len),
-              "memory_gib": torch.cuda.max_memory_allocated(device) / 2**30, "losses": losses}  # fmt: skip
+              "memory_gib": torch.cuda.max_memory_allocated(device) / 2**30, "losses": losses,
+              "first_s": started - began}  # fmt: skip
     del model, optimizer
     torch.cuda.empty_cache()
     return result
@@ -108,31 +111,32 @@ def main() -> None:
     torch.cuda.set_device(device)
     mesh = init_device_mesh("cuda", (dist.get_world_size(),))
     device_name, peak = peak_flops(device)
-    results = {run: attempt(run, args, mesh, device) for run in runs}
-    if dist.get_rank() == 0:
+    rank0 = dist.get_rank() == 0
+    if rank0:
         print(f"{args.config} on {dist.get_world_size()} x {device_name}; peak {peak / 1e12 if peak else 'unknown'} TFLOP/s dense bf16")
-        print(f"{'run':<22}{'tokens/s/GPU':>14}{'TFLOP/s':>9}{'MFU':>7}{'peak GiB':>10}  first losses")
-        for run, r in results.items():
-            if "skipped" in r:
-                print(f"{run_name(*run):<22}skipped: {r['skipped']}")
-                continue
-            mfu = f"{r['flops'] / peak:.1%}" if peak else "?"
-            print(f"{run_name(*run):<22}{r['tokens_per_s']:>14,.0f}{r['flops'] / 1e12:>9.1f}{mfu:>7}{r['memory_gib']:>10.1f}  "
-                  + " ".join(f"{loss:.4f}" for loss in r["losses"]))  # fmt: skip
+        print(f"{'run':<22}{'tokens/s/GPU':>14}{'TFLOP/s':>9}{'MFU':>7}{'peak GiB':>10}{'first s':>9}  first losses", flush=True)
+    results = {}
+    for run in runs:  # each row printed as it is measured, so a run cut short by the machine's limit keeps its rows
+        results[run] = r = attempt(run, args, mesh, device)
+        if rank0:
+            print(row(run, r, peak), flush=True)
+    if rank0:
         for name in MULTI_GPU_ROWS:
             print(f"{name:<22}skipped: " + ("needs 2 GPUs (NCCL cannot put two ranks on one GPU)" if torch.cuda.device_count() < 2
                                             else "this check runs one rank; the TP and PP layouts are not wired into it yet"))  # fmt: skip
-        bf16 = [r for run, r in results.items() if run[2] == "off"]
-        compare("kernels", bf16[0]["losses"], bf16, LOSS_TOLERANCE)
+        bf16 = [r for run, r in results.items() if run[2] == "off" and "skipped" not in r]
+        if bf16:
+            compare("kernels", bf16[0]["losses"], bf16, LOSS_TOLERANCE)
         measured_fp8 = [r for run, r in results.items() if run[2] != "off" and "skipped" not in r]
-        if measured_fp8:
+        if measured_fp8 and "skipped" not in results[FP8_BASELINE]:
             compare("fp8 and bf16", results[FP8_BASELINE]["losses"], measured_fp8, FP8_LOSS_TOLERANCE)
     dist.destroy_process_group()
 
 
 def attempt(run: tuple[str, bool, str], args, mesh, device) -> dict:
-    """A run's measurements; for an FP8 run this device or install cannot do, or one that fails (torchao built for
-    another torch), {"skipped": why} in one line, so the other rows still print."""
+    """A run's measurements; for an FP8 run this device or install cannot do, or any run that fails (torchao built
+    for another torch, a kernel this build lacks), {"skipped": why} in one line and the traceback on stderr, so the
+    other rows still print."""
     recipe = run[2]
     try:
         fp8.check(recipe, device)
@@ -140,11 +144,18 @@ def attempt(run: tuple[str, bool, str], args, mesh, device) -> dict:
         return {"skipped": str(error)}
     try:
         return measure(*run, args, mesh, device)
-    except Exception as error:  # noqa: BLE001 - one FP8 failure must not lose the bf16 rows already measured
-        if recipe == "off":
-            raise
+    except Exception as error:  # noqa: BLE001 - one failing kernel must not lose the rows measured before or after it
+        traceback.print_exc()
         torch.cuda.empty_cache()
         return {"skipped": f"failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]}
+
+
+def row(run: tuple[str, bool, str], r: dict, peak: float | None) -> str:
+    if "skipped" in r:
+        return f"{run_name(*run):<22}skipped: {r['skipped']}"
+    mfu = f"{r['flops'] / peak:.1%}" if peak else "?"
+    return (f"{run_name(*run):<22}{r['tokens_per_s']:>14,.0f}{r['flops'] / 1e12:>9.1f}{mfu:>7}{r['memory_gib']:>10.1f}"
+            f"{r['first_s']:>9.1f}  " + " ".join(f"{loss:.4f}" for loss in r["losses"]))  # fmt: skip
 
 
 def compare(what: str, reference: list[float], results: list[dict], tolerance: float) -> None:
