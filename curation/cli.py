@@ -154,7 +154,7 @@ def _parser(more: dict | None = None) -> argparse.ArgumentParser:
     index.add_argument("--benchmarks", nargs="+", required=True, metavar="FORMAT=PATH",
                        help="a built-in format and its file or folder, e.g. mmlu=mmlu/test hellaswag=hellaswag_val.jsonl; "
                             "a bare gsm8k or humaneval takes the copy shipped in the package")  # fmt: skip
-    index.add_argument("--ngram", type=int, default=13, help="words per n-gram")
+    index.add_argument("--ngram", type=positive_int, default=13, help="words per n-gram")
     index.add_argument("--min-words", type=int, default=8, help="items shorter than this are not indexed")
     index.add_argument("--output", default="runs/decontam-index", help="folder to write the index into")
     decontam_commands.add_parser("formats", help="the built-in benchmark formats and the fields they index")

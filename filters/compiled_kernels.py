@@ -4,8 +4,8 @@ The stages' inner loops (SHA-1 over shingles, MinHash minima, n-gram counts, nor
 kernels: each worker then imported numba and LLVM (~105 MiB and ~0.5 s before its first call) and a fresh machine
 compiled them for ~16 s in every worker at once. A shared library built from plain C costs one compiler run per
 machine (~1 s, into filters.packaged's cache, keyed by the source, the flags and the CPU, as numba's cache was)
-and ~100 KiB per process. `-march=native` as numba did: the build is keyed by this CPU's features, so a cache shared
-by different machines holds one build for each.
+and ~100 KiB per process. Built for this CPU as numba did (`-march=native`; `-mcpu=native` on POWER, whose GCC has no
+-march): the build is keyed by this CPU's features, so a cache shared by different machines holds one build for each.
 """
 
 import ctypes
@@ -23,7 +23,8 @@ import numpy as np
 from filters.packaged import cached, file_digest
 
 SOURCE = Path(__file__).with_name("kernels.c")
-FLAGS = ["-O3", "-march=native", "-std=c99", "-fPIC", "-shared"]
+NATIVE = "-mcpu=native" if platform.machine().startswith(("ppc", "powerpc")) else "-march=native"
+FLAGS = ["-O3", NATIVE, "-std=c99", "-fPIC", "-shared"]
 LIBRARY = "kernels.so"
 
 _P, _I, _BYTE = ctypes.c_void_p, ctypes.c_int64, ctypes.c_char
