@@ -26,8 +26,9 @@ class SourceSpec(BaseModel):
     source: str = "web"
     max_payload_bytes: int = Field(5_000_000, gt=0, description="warc: per record; text: per file when set, else 50 MB")
     batch_documents: int = Field(
-        1000, gt=0, description="warc: pages read and run through the first stages together, which bounds a worker's "
-        "memory by the batch instead of the file (a Common Crawl file holds ~45,000 pages)",
+        250, gt=0, description="warc: pages read and run through the first stages together, which bounds a worker's "
+        "memory by the batch instead of the file (a Common Crawl file holds ~45,000 pages); 250 holds a worker ~25 MiB "
+        "below 1,000 at the same speed (docs/benchmarks.md)",
     )  # fmt: skip
 
 
