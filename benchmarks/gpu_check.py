@@ -11,6 +11,7 @@ torch and the model, attention, fp8 and parallelize modules: no pydantic, no Ray
 """
 
 import argparse
+import gc
 import importlib.util
 import os
 import sys
@@ -45,7 +46,22 @@ def run_name(kernel: str, compiled: bool, recipe: str) -> str:
     return f"fp8 {recipe} vs bf16" if recipe != "off" else kernel + (" + compile" if compiled else "")
 
 
+def fresh_device(device) -> None:
+    """Nothing of an earlier run left: FSDP2's reference cycles hold its parameters until collected (a peak would
+    count them), and a block compiled under another SDPA backend is reused (neither dynamo's guards nor inductor's
+    and AOT autograd's caches key on the process-wide backend flags), so each run compiles its own. Not yet run on a
+    GPU with the caches off: docs/benchmarks.md, "The GPU path on a lent H200"."""
+    torch._inductor.config.fx_graph_cache = False
+    torch._functorch.config.enable_autograd_cache = False
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch._dynamo.reset()
+    torch.cuda.reset_peak_memory_stats(device)
+
+
 def measure(kernel: str, compiled: bool, recipe: str, args, mesh, device) -> dict:
+    fresh_device(device)
+    resident = torch.cuda.memory_allocated(device)
     torch.manual_seed(0)
     config = MODEL_CONFIGS[args.config]
     _, attend = choose_attention(device, torch.bfloat16, kernel)
@@ -59,7 +75,6 @@ def measure(kernel: str, compiled: bool, recipe: str, args, mesh, device) -> dic
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     generator = torch.Generator(device=device).manual_seed(1)
     tokens = torch.randint(0, config.vocab_size, (args.micro_batch, args.seq_len + 1), device=device, generator=generator)
-    torch.cuda.reset_peak_memory_stats(device)
     losses = []
     began = time.perf_counter()
     for step in range(args.warmup + args.steps):
@@ -79,9 +94,9 @@ def measure(kernel: str, compiled: bool, recipe: str, args, mesh, device) -> dic
     per_gpu = args.steps * args.micro_batch * args.seq_len / seconds
     result = {"tokens_per_s": per_gpu, "flops": per_gpu * flops_per_token(config, model.num_params(), args.seq_len),
               "memory_gib": torch.cuda.max_memory_allocated(device) / 2**30, "losses": losses,
-              "first_s": started - began}  # fmt: skip
+              "first_s": started - began, "resident_gib": resident / 2**30}  # fmt: skip
     del model, optimizer
-    torch.cuda.empty_cache()
+    fresh_device(device)
     return result
 
 
@@ -115,7 +130,7 @@ def main() -> None:
     if rank0:
         print(f"{args.config} on {dist.get_world_size()} x {device_name}; peak {peak / 1e12 if peak else 'unknown'} TFLOP/s dense bf16")
         print(f"{'run':<22}{'tokens/s/GPU':>14}{'TFLOP/s':>9}{'MFU':>7}{'peak GiB':>10}{'first s':>9}  first losses", flush=True)
-    results = {}
+    results, agreed = {}, True
     for run in runs:  # each row printed as it is measured, so a run cut short by the machine's limit keeps its rows
         results[run] = r = attempt(run, args, mesh, device)
         if rank0:
@@ -126,11 +141,17 @@ def main() -> None:
                                             else "this check runs one rank; the TP and PP layouts are not wired into it yet"))  # fmt: skip
         bf16 = [r for run, r in results.items() if run[2] == "off" and "skipped" not in r]
         if bf16:
-            compare("kernels", bf16[0]["losses"], bf16, LOSS_TOLERANCE)
+            agreed &= compare("kernels", bf16[0]["losses"], bf16, LOSS_TOLERANCE)
         measured_fp8 = [r for run, r in results.items() if run[2] != "off" and "skipped" not in r]
-        if measured_fp8 and "skipped" not in results[FP8_BASELINE]:
-            compare("fp8 and bf16", results[FP8_BASELINE]["losses"], measured_fp8, FP8_LOSS_TOLERANCE)
+        if measured_fp8 and "skipped" in results[FP8_BASELINE]:
+            print(f"fp8 not compared: its baseline {run_name(*FP8_BASELINE)} was not measured")
+        elif measured_fp8:
+            agreed &= compare("fp8 and bf16", results[FP8_BASELINE]["losses"], measured_fp8, FP8_LOSS_TOLERANCE)
     dist.destroy_process_group()
+    failed = [run_name(*run) for run, r in results.items() if r.get("skipped", "").startswith("failed")]
+    problems = ([f"failed: {', '.join(failed)}"] if failed else []) + ([] if agreed else ["first losses disagree"])
+    if problems:
+        sys.exit("gpu_check: " + "; ".join(problems))
 
 
 def attempt(run: tuple[str, bool, str], args, mesh, device) -> dict:
@@ -145,8 +166,11 @@ def attempt(run: tuple[str, bool, str], args, mesh, device) -> dict:
     try:
         return measure(*run, args, mesh, device)
     except Exception as error:  # noqa: BLE001 - one failing kernel must not lose the rows measured before or after it
-        traceback.print_exc()
-        torch.cuda.empty_cache()
+        traceback.print_exc(limit=-8)  # the innermost frames: the output that comes back keeps its end, the table
+        try:
+            torch.cuda.empty_cache()
+        except RuntimeError:  # a sticky CUDA error fails every later call too; the row says what failed first
+            pass
         return {"skipped": f"failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]}
 
 
@@ -154,13 +178,15 @@ def row(run: tuple[str, bool, str], r: dict, peak: float | None) -> str:
     if "skipped" in r:
         return f"{run_name(*run):<22}skipped: {r['skipped']}"
     mfu = f"{r['flops'] / peak:.1%}" if peak else "?"
+    left = f"  ({r['resident_gib']:.1f} GiB resident from earlier runs)" if r["resident_gib"] > 0.1 else ""
     return (f"{run_name(*run):<22}{r['tokens_per_s']:>14,.0f}{r['flops'] / 1e12:>9.1f}{mfu:>7}{r['memory_gib']:>10.1f}"
-            f"{r['first_s']:>9.1f}  " + " ".join(f"{loss:.4f}" for loss in r["losses"]))  # fmt: skip
+            f"{r['first_s']:>9.1f}  " + " ".join(f"{loss:.4f}" for loss in r["losses"]) + left)  # fmt: skip
 
 
-def compare(what: str, reference: list[float], results: list[dict], tolerance: float) -> None:
+def compare(what: str, reference: list[float], results: list[dict], tolerance: float) -> bool:
     worst = max(abs(a - b) / a for r in results for a, b in zip(reference, r["losses"]))
     print(f"first losses agree across {what} within {worst:.2%} (tolerance {tolerance:.0%}): {'OK' if worst <= tolerance else 'MISMATCH'}")
+    return worst <= tolerance
 
 
 if __name__ == "__main__":

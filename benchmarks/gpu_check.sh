@@ -10,26 +10,38 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
 if compgen -G ".wheels/*.whl" > /dev/null; then
-  python3 -m pip install --quiet --no-index --no-deps --target .wheels-site .wheels/*.whl
+  python3 -m pip install --quiet --no-index --no-deps --upgrade --target .wheels-site .wheels/*.whl
   export PYTHONPATH="$PYTHONPATH:.wheels-site"
 fi
 if [[ "${1:-}" == "--dry-run" ]]; then
   exec python3 benchmarks/gpu_check.py --dry-run
 fi
 if [[ "${1:-}" == "--trainer" ]]; then
-  # The small model on the README's mixture, compiled: 40 steps with checkpoints, resumed to 60 (the loss must go on
-  # from step 40, not restart), then 20 steps with float8 matmuls; each run's last metrics line.
-  out=/tmp/gpu-train
+  # The small model on the README's mixture, compiled: 40 steps with checkpoints at 20 and 40; the same run resumed
+  # from its step-20 checkpoint must end at step 40 where it did; then 40 steps with float8 matmuls (the same
+  # schedule, so step 40 compares with bf16's). Each run's metrics are copied out as it ends; the exit status says
+  # whether every run finished.
+  out=/tmp/gpu-train failed=0
   rm -rf "$out" && mkdir -p "$out"
   printf 'model: small\nseq_len: 1024\nglobal_batch: 8\nmicro_batch: 8\ncompile: true\ncheckpoint_every: 20\neval_every: 20\nlr: 1.0e-3\n' > "$out/small.yaml"
-  train() { timeout 200 python3 -m training --mixture mixtures/web70_code20.yaml --config "$out/small.yaml" "$@" || echo "train $* failed: rc $?"; }
-  train --steps 40 --out "$out/bf16"
-  train --steps 60 --out "$out/bf16" --resume
-  train --steps 20 --out "$out/fp8" --fp8 tensorwise
-  for run in bf16 fp8; do
-    echo "$run: $(tail -n 1 "$out/$run/metrics.jsonl")"
-    if [[ -n "${OUT:-}" ]]; then cp "$out/$run/metrics.jsonl" "$OUT/$run-metrics.jsonl"; fi
-  done
-  exit 0
+  train() {
+    local run=$1; shift
+    if timeout 170 python3 -m training --mixture mixtures/web70_code20.yaml --config "$out/small.yaml" --out "$out/$run" "$@"; then
+      echo "$run: $(tail -n 1 "$out/$run/metrics.jsonl")"
+      if [[ -n "${OUT:-}" ]]; then cp "$out/$run/metrics.jsonl" "$OUT/$run-metrics.jsonl"; fi
+    else
+      echo "train $run $* failed: rc $?" && failed=1
+    fi
+  }
+  train bf16 --steps 40
+  if [[ -d "$out/bf16/checkpoints/step-00000020" ]]; then
+    mkdir -p "$out/resumed/checkpoints" && cp -r "$out/bf16/checkpoints/step-00000020" "$out/resumed/checkpoints/"
+    cp "$out/bf16/model.json" "$out/bf16/tokenizer.json" "$out/resumed/" 2>/dev/null || true
+    train resumed --steps 40 --resume
+  else
+    echo "no step-20 checkpoint in $out/bf16: the resume is not checked" && failed=1
+  fi
+  train fp8 --steps 40 --fp8 tensorwise
+  exit "$failed"
 fi
 exec timeout 560 python3 -m torch.distributed.run --standalone --nproc_per_node=1 benchmarks/gpu_check.py "$@"
