@@ -46,7 +46,7 @@ def run_name(kernel: str, compiled: bool, recipe: str) -> str:
     return f"fp8 {recipe} vs bf16" if recipe != "off" else kernel + (" + compile" if compiled else "")
 
 
-def fresh_device(device) -> None:
+def fresh_device() -> None:
     """Nothing of an earlier run left: FSDP2's reference cycles hold its parameters until collected (a peak would
     count them), and a block compiled under another SDPA backend is reused (neither dynamo's guards nor inductor's
     and AOT autograd's caches key on the process-wide backend flags), so each run compiles its own. Not yet run on a
@@ -56,11 +56,10 @@ def fresh_device(device) -> None:
     gc.collect()
     torch.cuda.empty_cache()
     torch._dynamo.reset()
-    torch.cuda.reset_peak_memory_stats(device)
 
 
 def measure(kernel: str, compiled: bool, recipe: str, args, mesh, device) -> dict:
-    fresh_device(device)
+    fresh_device()
     resident = torch.cuda.memory_allocated(device)
     torch.manual_seed(0)
     config = MODEL_CONFIGS[args.config]
@@ -75,6 +74,7 @@ def measure(kernel: str, compiled: bool, recipe: str, args, mesh, device) -> dic
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     generator = torch.Generator(device=device).manual_seed(1)
     tokens = torch.randint(0, config.vocab_size, (args.micro_batch, args.seq_len + 1), device=device, generator=generator)
+    torch.cuda.reset_peak_memory_stats(device)  # the training steps' peak, not the model's initialization
     losses = []
     began = time.perf_counter()
     for step in range(args.warmup + args.steps):
@@ -96,7 +96,7 @@ def measure(kernel: str, compiled: bool, recipe: str, args, mesh, device) -> dic
               "memory_gib": torch.cuda.max_memory_allocated(device) / 2**30, "losses": losses,
               "first_s": started - began, "resident_gib": resident / 2**30}  # fmt: skip
     del model, optimizer
-    fresh_device(device)
+    fresh_device()
     return result
 
 
