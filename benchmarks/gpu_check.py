@@ -25,6 +25,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from training import fp8
 from training.attention import _flash_attn_func, choose_attention
+from training.launch import tie_to_launcher
 from training.metrics import peak_flops
 from training.model import MODEL_CONFIGS, Transformer, flops_per_token
 from training.parallelize import parallelize
@@ -48,11 +49,8 @@ def run_name(kernel: str, compiled: bool, recipe: str) -> str:
 
 def fresh_device() -> None:
     """Nothing of an earlier run left: FSDP2's reference cycles hold its parameters until collected (a peak would
-    count them), and a block compiled under another SDPA backend is reused (neither dynamo's guards nor inductor's
-    and AOT autograd's caches key on the process-wide backend flags), so each run compiles its own. Not yet run on a
-    GPU with the caches off: docs/benchmarks.md, "The GPU path on a lent H200"."""
-    torch._inductor.config.fx_graph_cache = False
-    torch._functorch.config.enable_autograd_cache = False
+    count them), and dynamo would reuse a block compiled under another SDPA backend (its guards do not see the
+    process-wide backend flags; main turns off the caches that do not either)."""
     gc.collect()
     torch.cuda.empty_cache()
     torch._dynamo.reset()
@@ -95,8 +93,6 @@ def measure(kernel: str, compiled: bool, recipe: str, args, mesh, device) -> dic
     result = {"tokens_per_s": per_gpu, "flops": per_gpu * flops_per_token(config, model.num_params(), args.seq_len),
               "memory_gib": torch.cuda.max_memory_allocated(device) / 2**30, "losses": losses,
               "first_s": started - began, "resident_gib": resident / 2**30}  # fmt: skip
-    del model, optimizer
-    fresh_device()
     return result
 
 
@@ -121,11 +117,16 @@ def main() -> None:
     print(f"imports: training's model, attention, parallelize, fp8 and metrics load with torch alone{'' if not absent else f'; but also {absent}'}")
     if args.dry_run:
         return
+    tie_to_launcher()  # torchrun starts its rank in a session of its own: without this, killing the check leaves it on the GPU
     dist.init_process_group("nccl")
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     torch.cuda.set_device(device)
     mesh = init_device_mesh("cuda", (dist.get_world_size(),))
     device_name, peak = peak_flops(device)
+    # each compiled run compiles its own blocks: inductor's and AOT autograd's caches do not key on the SDPA backend
+    # (not yet run on a GPU with them off: docs/benchmarks.md, "The GPU path on a lent H200")
+    torch._inductor.config.fx_graph_cache = False
+    torch._functorch.config.enable_autograd_cache = False
     rank0 = dist.get_rank() == 0
     if rank0:
         print(f"{args.config} on {dist.get_world_size()} x {device_name}; peak {peak / 1e12 if peak else 'unknown'} TFLOP/s dense bf16")
@@ -167,10 +168,6 @@ def attempt(run: tuple[str, bool, str], args, mesh, device) -> dict:
         return measure(*run, args, mesh, device)
     except Exception as error:  # noqa: BLE001 - one failing kernel must not lose the rows measured before or after it
         traceback.print_exc(limit=-8)  # the innermost frames: the output that comes back keeps its end, the table
-        try:
-            torch.cuda.empty_cache()
-        except RuntimeError:  # a sticky CUDA error fails every later call too; the row says what failed first
-            pass
         return {"skipped": f"failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]}
 
 

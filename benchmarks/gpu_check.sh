@@ -26,7 +26,7 @@ if [[ "${1:-}" == "--trainer" ]]; then
   printf 'model: small\nseq_len: 1024\nglobal_batch: 8\nmicro_batch: 8\ncompile: true\ncheckpoint_every: 20\neval_every: 20\nlr: 1.0e-3\n' > "$out/small.yaml"
   train() {
     local run=$1; shift
-    if timeout 170 python3 -m training --mixture mixtures/web70_code20.yaml --config "$out/small.yaml" --out "$out/$run" "$@"; then
+    if timeout --foreground 170 python3 -m training --mixture mixtures/web70_code20.yaml --config "$out/small.yaml" --out "$out/$run" "$@"; then
       echo "$run: $(tail -n 1 "$out/$run/metrics.jsonl")"
       if [[ -n "${OUT:-}" ]]; then cp "$out/$run/metrics.jsonl" "$OUT/$run-metrics.jsonl"; fi
     else
@@ -36,7 +36,6 @@ if [[ "${1:-}" == "--trainer" ]]; then
   train bf16 --steps 40
   if [[ -d "$out/bf16/checkpoints/step-00000020" ]]; then
     mkdir -p "$out/resumed/checkpoints" && cp -r "$out/bf16/checkpoints/step-00000020" "$out/resumed/checkpoints/"
-    cp "$out/bf16/model.json" "$out/bf16/tokenizer.json" "$out/resumed/" 2>/dev/null || true
     train resumed --steps 40 --resume
   else
     echo "no step-20 checkpoint in $out/bf16: the resume is not checked" && failed=1
@@ -44,4 +43,4 @@ if [[ "${1:-}" == "--trainer" ]]; then
   train fp8 --steps 40 --fp8 tensorwise
   exit "$failed"
 fi
-exec timeout 560 python3 -m torch.distributed.run --standalone --nproc_per_node=1 benchmarks/gpu_check.py "$@"
+exec timeout --foreground 560 python3 -m torch.distributed.run --standalone --nproc_per_node=1 benchmarks/gpu_check.py "$@"
