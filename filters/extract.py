@@ -1,5 +1,6 @@
 """HTML -> main text. Trafilatura is FineWeb's choice; resiliparse is ~10x faster and selectable."""
 
+import functools
 import multiprocessing
 import re
 import signal
@@ -48,6 +49,27 @@ def extract_text(backend: str, html: str, fast: bool = False) -> str | None:
     from resiliparse.extract.html2text import extract_plain_text
 
     return extract_plain_text(html, main_content=True)
+
+
+def share_justext_stop_words() -> None:
+    """jusText lower-cases the stop list it is given into a frozenset of new strings, cached per process; trafilatura's
+    fallback gives it every language's list (154,484 words, lower-case already) and keeps its own tuple of them: the
+    words twice, 27 MiB per worker. Where every word is lower-case already, the set is made of the given strings:
+    the same set, 11.5 MiB less."""
+    import justext.core
+
+    lower_cased = justext.core.define_stoplist
+    if getattr(lower_cased, "shares_words", False):
+        return
+
+    @functools.lru_cache(maxsize=128)
+    def define_stoplist(stoplist):
+        if all(word == word.lower() for word in stoplist):
+            return frozenset(stoplist)
+        return lower_cased(stoplist)
+
+    define_stoplist.shares_words = True
+    justext.core.define_stoplist = define_stoplist
 
 
 class _ChildExtractor:
@@ -115,6 +137,8 @@ class HtmlExtractor(Stage):
 
     def setup(self) -> None:
         extract_text(self.params.backend, "<p>warm-up</p>")  # the backend's imports, once per worker
+        if self.params.backend == "trafilatura":
+            share_justext_stop_words()
         self._child = _ChildExtractor()
 
     def _extract_limited(self, html: str) -> str | None:

@@ -33,7 +33,7 @@ from py3langid.langid import MODEL_DIR, MODEL_FILE, LanguageIdentifier
 from pydantic import Field
 
 from filters.base import Annotation, Stage, StageParams
-from filters.packaged import asset, cached, file_digest
+from filters.packaged import NpyOnDisk, asset, cached, file_digest
 
 MODEL_ENV = "CURATE_LID_MODEL"
 ALIASES = {"no": "nb", "iw": "he", "zh-Hant": "zh", "jw": "jv"}  # a model's label or recipe code -> documents' code
@@ -41,7 +41,7 @@ RARE_LOOK_ALIKES, RARE_PRIOR = ("ms", "nn"), 0.1  # the look-alikes of id and nb
 TOP = 3  # languages each model gives to the vote
 KANA, HAN = re.compile(r"[\u3040-\u30ff]"), re.compile(r"[\u4e00-\u9fff]")
 UNDETERMINED = "und"  # ISO 639-2's code for a language that cannot be told
-UNPACKED_LAYOUT = "npy+bin-1"  # in the cache key of langid.py's unpacked model: a new layout is unpacked anew
+UNPACKED_LAYOUT = "npy+bin-2"  # in the cache key of langid.py's unpacked model: a new layout is unpacked anew
 
 
 def canonical(code: str) -> str:
@@ -67,18 +67,29 @@ def load_fasttext(path: Path):
 
 
 def load_langid_py() -> LanguageIdentifier:
-    """langid.py's model from its arrays, unpacked once per machine into the cache and memory-mapped. Read from its LZMA
-    file it took each worker 0.7 s and 66 MiB (a 39 MiB automaton, a 27 MiB weight matrix), most of which a worker never
-    touches: langid.py is consulted only where lid.176 and CLD2 disagree. Mapped, it loads in ~0.02 s, a worker holds
-    the pages its texts visit, and the workers of a machine share them."""
+    """langid.py's model from its arrays, unpacked once per machine into the cache. Read from its LZMA file it took
+    each worker 0.7 s and 66 MiB (a 39 MiB automaton, a 27 MiB weight matrix), most of which a worker never touches:
+    langid.py is consulted only where lid.176 and CLD2 disagree (1% of the benchmark's pages). Now it loads in ~0.02 s;
+    the automaton and its per-state tables (as py3langid's lists, 7 MiB of ints per worker) are memory-mapped, as its
+    walk reads them byte by byte, and the weights are read by row (NpyOnDisk): a text needs only its features' rows,
+    and mapped they held 16 MiB of each worker's RSS after 8,000 pages."""
     source = MODEL_DIR / MODEL_FILE
     folder = cached("langid-py", file_digest(source, extra=UNPACKED_LAYOUT), lambda staging: _unpack_langid_py(source, staging))
     layout = json.loads((folder / "layout.json").read_text())
-    with open(folder / "nextmove.bin", "rb") as file:  # indexing a memoryview gives Python ints, as the array did
-        nextmove = memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)).cast(layout["nextmove"])
-    rows = array(layout["row"], (folder / "row.bin").read_bytes())
-    return LanguageIdentifier(np.load(folder / "ptc.npy", mmap_mode="r"), np.load(folder / "pc.npy"), layout["classes"],
-                              nextmove, np.load(folder / "output.npy").tolist(), norm_probs=True, tk_row=rows)  # fmt: skip
+    nextmove, rowbase, output = (_mapped(folder / f"{name}.bin", layout[name]) for name in ("nextmove", "rowbase", "output"))
+    # the weights by reading (NpyOnDisk): a text reads only its features' rows. Given no rows, py3langid builds an
+    # empty list of row offsets; the mapped offsets take its place
+    weights = NpyOnDisk(folder / "ptc.npy", "<f2", ndim=2)
+    identifier = LanguageIdentifier(weights, np.load(folder / "pc.npy"), layout["classes"], nextmove, output,
+                                    norm_probs=True, tk_row=array(layout["row"]))  # fmt: skip
+    identifier.tk_row, identifier._rowbase = array(layout["row"], (folder / "row.bin").read_bytes()), rowbase
+    return identifier
+
+
+def _mapped(path: Path, typecode: str) -> memoryview:
+    """A read-only map of `path` as `typecode` items: indexing it gives Python ints, as py3langid's arrays and lists do."""
+    with open(path, "rb") as file:
+        return memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)).cast(typecode)
 
 
 def _unpack_langid_py(source: Path, folder: Path) -> None:
@@ -87,10 +98,12 @@ def _unpack_langid_py(source: Path, folder: Path) -> None:
     ptc, pc, classes, nextmove, rows, output = load_model(source)
     np.save(folder / "ptc.npy", np.ascontiguousarray(ptc))
     np.save(folder / "pc.npy", pc)
-    np.save(folder / "output.npy", np.asarray(output, dtype=np.int32))
     (folder / "nextmove.bin").write_bytes(nextmove.tobytes())
     (folder / "row.bin").write_bytes(rows.tobytes())
-    (folder / "layout.json").write_text(json.dumps({"classes": classes, "nextmove": nextmove.typecode, "row": rows.typecode}))
+    (folder / "rowbase.bin").write_bytes(array("i", (row << 8 for row in rows)).tobytes())
+    (folder / "output.bin").write_bytes(array("i", output).tobytes())
+    layout = {"classes": classes, "nextmove": nextmove.typecode, "row": rows.typecode, "rowbase": "i", "output": "i"}
+    (folder / "layout.json").write_text(json.dumps(layout))
 
 
 def has_letters(text: str, count: int) -> bool:

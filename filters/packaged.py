@@ -7,12 +7,15 @@ machine build it at most a few times at once and never read a half-written one.
 """
 
 import hashlib
+import math
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+
+import numpy as np
 
 CACHE_ENV = "CURATE_CACHE"
 
@@ -55,3 +58,43 @@ def cached(kind: str, key: str, build: Callable[[Path], None]) -> Path:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return final
+
+
+class NpyOnDisk:
+    """A cached .npy (format 1.0, C order) read row by row with pread, never memory-mapped. The kernel maps a mapped
+    file's page-cache folios whole (Linux 6.18 on ext4: one binary search of a mapped 36 MiB file put 6 MiB in the
+    process's RSS, ten searches 26 MiB), so a worker reading a few scattered rows held megabytes it never read. Read,
+    the pages stay in the page cache, shared by the machine's workers and in none's RSS; a row costs a system call
+    (~1 us), fine for the rows a worker reads seldom."""
+
+    def __init__(self, path: Path, dtype: str, ndim: int):
+        with open(path, "rb") as file:
+            header = np.lib.format.read_array_header_1_0(file) if np.lib.format.read_magic(file) == (1, 0) else None
+            self.offset = file.tell()
+        if header is None or header[2] != np.dtype(dtype) or len(header[0]) != ndim or header[1]:
+            raise ValueError(f"{path}: not a {ndim}-D {np.dtype(dtype)} array in C order in .npy format 1.0")
+        self.shape, self.dtype = header[0], header[2]
+        self.row_size = self.dtype.itemsize * math.prod(self.shape[1:])
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def __del__(self):
+        if hasattr(self, "fd"):
+            os.close(self.fd)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def row(self, index: int) -> bytes:
+        if not 0 <= index < self.shape[0]:
+            raise IndexError(f"row {index} of {self.shape[0]}")
+        return os.pread(self.fd, self.row_size, self.offset + index * self.row_size)
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        """The rows at `rows`, in that order, as one array: what indexing the array with `rows` gives (~0.6 us a row)."""
+        if len(rows) and not 0 <= rows.min() <= rows.max() < self.shape[0]:
+            raise IndexError(f"rows {rows.min()}..{rows.max()} of {self.shape[0]}")
+        out = np.empty((len(rows), *self.shape[1:]), self.dtype)
+        into, size = memoryview(out.view(np.uint8).reshape(-1)), self.row_size
+        for position, index in enumerate(rows.tolist()):
+            os.preadv(self.fd, (into[position * size : (position + 1) * size],), self.offset + index * size)
+        return out

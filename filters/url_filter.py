@@ -2,8 +2,8 @@
 
 FineWeb's lists ship in datatrove's wheel (4.56M domains and 19.6k URLs in a tar.gz, three word lists). datatrove
 unpacks the tarball and loads it into Python sets in every worker (~600 MB and seconds each); here it is turned
-once per machine (filters.packaged.cached) into a sorted array of the domains' 64-bit hashes that workers
-memory-map (~36 MB of page cache shared by all) and a JSON list of the URLs. The checks, their order and their
+once per machine (filters.packaged.cached) into a sorted file of the domains' 64-bit hashes that workers search
+with reads (`SortedHashes`: 36 MB of page cache shared by all, none of it in a worker) and a JSON list of the URLs. The checks, their order and their
 quirks are datatrove's (`URLFilter.filter`): the tldextract registered domain then the full host against the
 domains (remembered per host), the whole URL string against the URLs, the URL's words (case kept) against the
 banned words and the soft banned words, then banned subwords in the normalized URL. tldextract uses its bundled
@@ -15,6 +15,7 @@ import io
 import json
 import re
 import tarfile
+from bisect import bisect_left
 from importlib import resources
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -24,7 +25,7 @@ import pyarrow as pa
 from pydantic import Field, field_validator
 
 from filters.base import Annotation, Stage, StageParams
-from filters.packaged import cached, file_digest
+from filters.packaged import NpyOnDisk, cached, file_digest
 
 EXAMPLE_LISTS = "blocklists"
 FINEWEB_BLOCKLIST = "url_filterblacklistsv0_3_0.tar.gz"
@@ -63,6 +64,24 @@ def build_blocklist(tarball: Path):
             np.save(folder / "domains.npy", np.sort(np.fromiter(map(digest, entries("domains")), np.int64)))
 
     return build
+
+
+class SortedHashes:
+    """The sorted hashes file, searched by reading it (filters.packaged.NpyOnDisk): a search reads ~22 hashes, and as
+    hosts are remembered a page costs at most two searches (~30 us)."""
+
+    def __init__(self, path: Path):
+        self.file = NpyOnDisk(path, "<i8", ndim=1)
+
+    def __len__(self) -> int:
+        return len(self.file)
+
+    def __getitem__(self, index: int) -> int:
+        return int.from_bytes(self.file.row(index), "little", signed=True)
+
+    def __contains__(self, value: int) -> bool:
+        index = bisect_left(self, value)
+        return index < len(self) and self[index] == value
 
 
 def list_path(name: str) -> Path:
@@ -116,7 +135,7 @@ class UrlFilter(Stage):
         tarball = assets / FINEWEB_BLOCKLIST
         key = file_digest(tarball, extra="blake2b-8 domains.npy, urls.json")
         folder = cached("url_blocklist", key, build_blocklist(tarball))
-        self.listed_domains = np.load(folder / "domains.npy", mmap_mode="r").view(np.ndarray)
+        self.listed_domains = SortedHashes(folder / "domains.npy")
         self.listed_urls = set(json.loads((folder / "urls.json").read_text()))
 
         def words(name: str) -> set[str]:
@@ -132,9 +151,7 @@ class UrlFilter(Stage):
         self.hosts: dict[str, str | None] = {}  # host_key -> the domain verdict
 
     def domain_listed(self, domain: str) -> bool:
-        value = digest(domain)
-        index = self.listed_domains.searchsorted(value)
-        return index < len(self.listed_domains) and self.listed_domains[index] == value
+        return digest(domain) in self.listed_domains
 
     def host_reason(self, url: str) -> str | None:
         host = host_key(url)

@@ -3,7 +3,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from curation.sources.warc import WarcReader
-from filters.extract import HtmlExtractor, decode_html
+from filters.extract import HtmlExtractor, decode_html, share_justext_stop_words
 
 
 def raw_table(pages: list[tuple[bytes | None, str | None, str | None]]) -> pa.Table:
@@ -95,6 +95,21 @@ def test_a_table_extracts_the_same_whatever_ran_before_in_the_process():
     stage = HtmlExtractor()
     first = stage.process(table).kept
     assert stage.process(table).kept.equals(first)
+
+
+def test_justext_classifies_with_trafilatura_s_stop_words_not_a_copy():
+    """The set jusText makes of trafilatura's all-language stop list is the set it made before, of the same strings;
+    a list with capitals is still lower-cased."""
+    import justext.core
+    import trafilatura.external
+
+    words = trafilatura.external.JT_STOPLIST or trafilatura.external.jt_stoplist_init()  # the tuple trafilatura passes
+    lowered = frozenset(word.lower() for word in words)
+    share_justext_stop_words()
+    shared = justext.core.define_stoplist(words)
+    assert shared == lowered
+    assert {id(word) for word in shared} == {id(word) for word in words}
+    assert justext.core.define_stoplist(("The", "and")) == {"the", "and"}
 
 
 def test_timeout_drops_the_page_and_the_stage_goes_on():

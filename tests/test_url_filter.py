@@ -108,6 +108,21 @@ def test_blocklist_is_built_once_per_machine(stage, builds):
     assert len(list(Path(builds[0]).parent.glob("[!.]*"))) == 1  # one finished folder, no staging left over
 
 
+def test_the_hashes_file_is_searched_as_numpy_searches_it(tmp_path):
+    """SortedHashes reads the file instead of mapping it; it must find exactly what a search of the array finds,
+    at the ends too."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    hashes = np.sort(rng.integers(-(2**63), 2**63 - 1, 20_000, dtype=np.int64))
+    np.save(tmp_path / "hashes.npy", hashes)
+    probes = np.concatenate([hashes[::37], hashes[[0, -1]], rng.integers(-(2**63), 2**63 - 1, 2_000, dtype=np.int64),
+                             [-(2**63), 2**63 - 1], hashes[:50] + 1])  # fmt: skip
+    searched = url_filter.SortedHashes(tmp_path / "hashes.npy")
+    assert len(searched) == len(hashes)
+    assert [int(p) in searched for p in probes] == np.isin(probes, hashes).tolist()
+
+
 def test_user_lists_add_to_fineweb_lists(stage, tmp_path):
     mine = tmp_path / "mine.txt"
     mine.write_text("# mine\nclean-but-mine.org\n")

@@ -1,0 +1,29 @@
+"""Cached arrays read by row (NpyOnDisk): what indexing the array gives, and clear errors."""
+
+import numpy as np
+import pytest
+
+from filters.packaged import NpyOnDisk
+
+
+def test_rows_read_from_disk_are_the_rows_indexing_gives(tmp_path):
+    weights = np.random.default_rng(0).standard_normal((5_000, 142)).astype("<f2")
+    np.save(tmp_path / "weights.npy", weights)
+    on_disk = NpyOnDisk(tmp_path / "weights.npy", "<f2", ndim=2)
+    rows = np.array([4_999, 0, 17, 17, 2_500], dtype=np.intp)
+    assert len(on_disk) == 5_000 and np.array_equal(on_disk[rows], weights[rows])
+    assert on_disk[rows[:0]].shape == (0, 142)
+    assert on_disk.row(3) == weights[3].tobytes()
+    with pytest.raises(IndexError):
+        on_disk[np.array([5_000])]
+    with pytest.raises(IndexError):
+        on_disk.row(-1)
+
+
+def test_an_array_of_another_kind_is_refused_naming_the_file(tmp_path):
+    np.save(tmp_path / "floats.npy", np.zeros(10, np.float64))
+    np.save(tmp_path / "fortran.npy", np.asfortranarray(np.zeros((3, 4), "<f2")))
+    with pytest.raises(ValueError, match="floats.npy"):
+        NpyOnDisk(tmp_path / "floats.npy", "<i8", ndim=1)
+    with pytest.raises(ValueError, match="fortran.npy"):
+        NpyOnDisk(tmp_path / "fortran.npy", "<f2", ndim=2)
