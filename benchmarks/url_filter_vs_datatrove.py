@@ -5,9 +5,9 @@
 URLs: the parity test's mix (tests/test_url_filter.py `sample_urls`, one seed per ~6k URLs): listed domains and
 URLs from FineWeb's tarball, banned and soft banned words and subwords, IP and odd hosts, clean URLs; about half
 are dropped. Both sides use the same offline tldextract. Setup: ours builds the hashed blocklist once per machine
-(cold) and memory-maps it (warm: any later worker); datatrove's `download_data` unpacks the tarball once (cold)
+(cold) and reads it by bucket (warm: any later worker); datatrove's `download_data` unpacks the tarball once (cold)
 and loads Python sets in every worker (warm). Prints setup seconds, resident memory a worker adds by loading the
-lists (ours: the 36 MB hash array is a shared file mapping, paged in as looked up), URLs/s through the stage
+lists (ours: the 36 MB hash file stays in the page cache, read a bucket at a time), URLs/s through the stage
 (`process` on one Arrow table) and datatrove's `filter` per Document, the ratio and how many decisions differ
 (expected: 0).
 """

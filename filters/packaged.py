@@ -84,10 +84,10 @@ class NpyOnDisk:
     def __len__(self) -> int:
         return self.shape[0]
 
-    def row(self, index: int) -> bytes:
-        if not 0 <= index < self.shape[0]:
-            raise IndexError(f"row {index} of {self.shape[0]}")
-        return os.pread(self.fd, self.row_size, self.offset + index * self.row_size)
+    def rows_between(self, start: int, stop: int) -> bytes:
+        if not 0 <= start <= stop <= self.shape[0]:
+            raise IndexError(f"rows {start}..{stop} of {self.shape[0]}")
+        return os.pread(self.fd, (stop - start) * self.row_size, self.offset + start * self.row_size)
 
     def __getitem__(self, rows: np.ndarray) -> np.ndarray:
         """The rows at `rows`, in that order, as one array: what indexing the array with `rows` gives (~0.6 us a row)."""

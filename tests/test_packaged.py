@@ -13,11 +13,11 @@ def test_rows_read_from_disk_are_the_rows_indexing_gives(tmp_path):
     rows = np.array([4_999, 0, 17, 17, 2_500], dtype=np.intp)
     assert len(on_disk) == 5_000 and np.array_equal(on_disk[rows], weights[rows])
     assert on_disk[rows[:0]].shape == (0, 142)
-    assert on_disk.row(3) == weights[3].tobytes()
+    assert on_disk.rows_between(3, 6) == weights[3:6].tobytes() and on_disk.rows_between(7, 7) == b""
     with pytest.raises(IndexError):
         on_disk[np.array([5_000])]
     with pytest.raises(IndexError):
-        on_disk.row(-1)
+        on_disk.rows_between(4_999, 5_001)
 
 
 def test_an_array_of_another_kind_is_refused_naming_the_file(tmp_path):

@@ -109,17 +109,20 @@ def test_blocklist_is_built_once_per_machine(stage, builds):
 
 
 def test_the_hashes_file_is_searched_as_numpy_searches_it(tmp_path):
-    """SortedHashes reads the file instead of mapping it; it must find exactly what a search of the array finds,
-    at the ends too."""
+    """SortedHashes reads a bucket of the file instead of mapping it; it must find exactly what a search of the array
+    finds, at the ends too, and never a hash spelled across two listed ones."""
     import numpy as np
 
     rng = np.random.default_rng(0)
-    hashes = np.sort(rng.integers(-(2**63), 2**63 - 1, 20_000, dtype=np.int64))
+    # a, b: adjacent in one bucket, with a's last 4 bytes and b's first 4 spelling `across`, which is not listed
+    a, b, across = 0x1234 << 48, 0x1234 << 48 | 0xFFFF << 32 | 0x1234 << 16, 0x1234 << 48 | 0x1234 << 16
+    ends = [-(2**63), -1, 0, 2**63 - 1, a, b]
+    hashes = np.sort(np.append(rng.integers(-(2**63), 2**63 - 1, 20_000, dtype=np.int64), ends))
     np.save(tmp_path / "hashes.npy", hashes)
+    np.save(tmp_path / "starts.npy", url_filter.bucket_starts(hashes))
     probes = np.concatenate([hashes[::37], hashes[[0, -1]], rng.integers(-(2**63), 2**63 - 1, 2_000, dtype=np.int64),
-                             [-(2**63), 2**63 - 1], hashes[:50] + 1])  # fmt: skip
-    searched = url_filter.SortedHashes(tmp_path / "hashes.npy")
-    assert len(searched) == len(hashes)
+                             [-(2**63) + 1, 1, 2**63 - 2, across], hashes[1:50] + 1])  # fmt: skip
+    searched = url_filter.SortedHashes(tmp_path / "hashes.npy", tmp_path / "starts.npy")
     assert [int(p) in searched for p in probes] == np.isin(probes, hashes).tolist()
 
 
