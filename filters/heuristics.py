@@ -40,7 +40,7 @@ _DELETE_SYMBOLS = str.maketrans("", "", "".join(SYMBOLS))
 STOP_WORDS = frozenset(["the", "be", "to", "of", "and", "that", "have", "with"])
 CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
-VOCAB_LIMIT = 500_000
+TOKEN_CACHE_LIMIT = 500_000
 _PARAGRAPHS = re.compile(r"\n{2,}")
 _LINES = re.compile("\n+")
 
@@ -99,6 +99,10 @@ class HeuristicsParams(StageParams):
     gopher_quality: GopherQuality = Field(default_factory=GopherQuality)
     c4: C4Quality = Field(default_factory=C4Quality)
     fineweb_quality: FineWebQuality = Field(default_factory=FineWebQuality)
+    token_cache_limit: int = Field(
+        TOKEN_CACHE_LIMIT, ge=1, description="lexemes and text chunks spaCy's tokenizer keeps across documents before "
+        "it is rebuilt: memory against speed, never the output. On a synthetic long-tailed corpus (20,000 documents, "
+        "981k word types) 500,000 took 43 s and +276 MiB per worker, 200,000 57 s and +148 MiB, 50,000 68 s and +90 MiB")
 
 
 def duplicates(items: list[str]) -> tuple[int, int]:
@@ -221,7 +225,7 @@ class HeuristicFilters(Stage):
 
         with bare_spacy():
             self.nlp = spacy.blank("en")
-        self.nlp.tokenizer.max_cache_size = VOCAB_LIMIT
+        self.nlp.tokenizer.max_cache_size = self.params.token_cache_limit
         self.cached_chunks: set[str] = set()
         flag = self.nlp.vocab.add_flag
         # the columns of Tokens, in its order
@@ -236,9 +240,10 @@ class HeuristicFilters(Stage):
         which caches it (unless it is itself a special case); the document's call then reads the cache. The tokens
         are the same, as the cache only memoizes. Lexemes and chunks stay cached across documents (datatrove frees
         them per document, the costliest part of spaCy); the tokenizer is rebuilt when either grows past
-        VOCAB_LIMIT, which bounds memory instead.
+        `token_cache_limit`, which bounds memory instead.
         """
-        if len(self.nlp.vocab) > VOCAB_LIMIT or len(self.cached_chunks) > VOCAB_LIMIT:
+        limit = self.params.token_cache_limit
+        if len(self.nlp.vocab) > limit or len(self.cached_chunks) > limit:
             self._new_tokenizer()
         new = set(text.split()).difference(self.cached_chunks)
         for chunk in new:

@@ -199,6 +199,18 @@ def test_cached_tokenization_is_spacys(stage, pages):
         assert list(zip(tokens.starts.tolist(), tokens.stops.tolist())) == [(t.idx, t.idx + len(t)) for t in fresh(text)]
 
 
+def test_a_small_token_cache_changes_no_decision(stage, pages):
+    """Rebuilt every few documents (the cache bounds memory), the stage decides and writes as it does with its cache
+    of 500,000."""
+    small = HeuristicFilters(HeuristicFilters.Params(token_cache_limit=2_000))
+    small.setup()
+    table = pa.table({"id": [str(i) for i in range(len(pages))], "text": pages})
+    rebuilt = []
+    small._new_tokenizer = lambda rebuild=small._new_tokenizer: (rebuilt.append(1), rebuild())
+    assert small.annotate(table) == stage.annotate(table)
+    assert len(rebuilt) >= 3
+
+
 @pytest.mark.parametrize(
     "params, text, reason",
     [
