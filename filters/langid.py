@@ -178,7 +178,7 @@ class LanguageFilter(Stage):
     def setup(self) -> None:
         path = Path(self.params.model_path) if self.params.model_path else default_lid_model()
         self.model = load_fasttext(path)
-        # not loaded where it is never consulted; mapped, a worker holds only the pages its texts touch
+        # not loaded where it is never consulted; mapped and read by row, a worker holds only what its texts touch
         self.langid_py = load_langid_py() if self.params.consult_below else None
 
     def predict(self, texts: list[str]) -> list[tuple[str, float, bool]]:

@@ -123,9 +123,9 @@ def test_missing_model_file_names_the_path(tmp_path):
         stage.setup()
 
 
-def test_the_memory_mapped_langid_py_ranks_as_the_packaged_model(tmp_path, monkeypatch):
-    """Unpacked into a fresh cache and mapped, then read again from that cache: the same ranking of every language,
-    to the last bit, as langid.py's own loader gives, on real sentences of every language."""
+def test_the_unpacked_langid_py_ranks_as_the_packaged_model(tmp_path, monkeypatch):
+    """Unpacked into a fresh cache, mapped and read by row, then read again from that cache: the same ranking of every
+    language, to the last bit, as langid.py's own loader gives, on real sentences of every language."""
     from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
     monkeypatch.setenv("CURATE_CACHE", str(tmp_path))
