@@ -61,6 +61,7 @@ def share_justext_stop_words() -> None:
     lower_cased = justext.core.define_stoplist
     if getattr(lower_cased, "shares_words", False):
         return
+    lower_cased.cache_clear()  # a set it built before (a warm-up page) is not kept beside ours
 
     @functools.lru_cache(maxsize=128)
     def define_stoplist(stoplist):
@@ -81,7 +82,8 @@ class _ChildExtractor:
 
     def extract(self, backend: str, html: str, fast: bool, seconds: float) -> str | None:
         if self.pool is None:
-            self.pool = multiprocessing.get_context("spawn").Pool(1)
+            sharing = share_justext_stop_words if backend == "trafilatura" else None
+            self.pool = multiprocessing.get_context("spawn").Pool(1, initializer=sharing)
             self.pool.apply(extract_text, (backend, "<p>warm-up</p>"))  # start-up and imports are not the page's time
         try:
             return self.pool.apply_async(extract_text, (backend, html, fast)).get(timeout=seconds)
@@ -136,9 +138,9 @@ class HtmlExtractor(Stage):
     removes = ("html", "content_type", "charset")
 
     def setup(self) -> None:
-        extract_text(self.params.backend, "<p>warm-up</p>")  # the backend's imports, once per worker
         if self.params.backend == "trafilatura":
             share_justext_stop_words()
+        extract_text(self.params.backend, "<p>warm-up</p>")  # the backend's imports, once per worker
         self._child = _ChildExtractor()
 
     def _extract_limited(self, html: str) -> str | None:

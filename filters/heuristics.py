@@ -100,9 +100,11 @@ class HeuristicsParams(StageParams):
     c4: C4Quality = Field(default_factory=C4Quality)
     fineweb_quality: FineWebQuality = Field(default_factory=FineWebQuality)
     token_cache_limit: int = Field(
-        TOKEN_CACHE_LIMIT, ge=1, description="lexemes and text chunks spaCy's tokenizer keeps across documents before "
-        "it is rebuilt: memory against speed, never the output. On a synthetic long-tailed corpus (20,000 documents, "
-        "981k word types) 500,000 took 43 s and +276 MiB per worker, 200,000 57 s and +148 MiB, 50,000 68 s and +90 MiB")
+        TOKEN_CACHE_LIMIT, ge=2_000, description="lexemes and text chunks spaCy's tokenizer keeps across documents "
+        "before it is rebuilt: memory against speed, never the output. On a synthetic long-tailed corpus (20,000 "
+        "documents, 981k word types) 500,000 took 43 s and +276 MiB per worker, 200,000 57 s and +148 MiB, 50,000 68 s "
+        "and +90 MiB. At least 2,000: a blank English tokenizer starts with 764 lexemes, and a limit near that would "
+        "rebuild it for almost every document")
 
 
 def duplicates(items: list[str]) -> tuple[int, int]:

@@ -11,6 +11,7 @@ import math
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -73,28 +74,37 @@ class NpyOnDisk:
             self.offset = file.tell()
         if header is None or header[2] != np.dtype(dtype) or len(header[0]) != ndim or header[1]:
             raise ValueError(f"{path}: not a {ndim}-D {np.dtype(dtype)} array in C order in .npy format 1.0")
-        self.shape, self.dtype = header[0], header[2]
+        self.path, self.shape, self.dtype = Path(path), header[0], header[2]
         self.row_size = self.dtype.itemsize * math.prod(self.shape[1:])
         self.fd = os.open(path, os.O_RDONLY)
+        weakref.finalize(self, os.close, self.fd)
 
-    def __del__(self):
-        if hasattr(self, "fd"):
-            os.close(self.fd)
+    def __reduce__(self):
+        """Pickled (into a Ray task, a forked worker) as its path: the copy opens its own descriptor."""
+        return NpyOnDisk, (self.path, self.dtype.str, len(self.shape))
 
     def __len__(self) -> int:
         return self.shape[0]
 
     def rows_between(self, start: int, stop: int) -> bytes:
         if not 0 <= start <= stop <= self.shape[0]:
-            raise IndexError(f"rows {start}..{stop} of {self.shape[0]}")
-        return os.pread(self.fd, (stop - start) * self.row_size, self.offset + start * self.row_size)
+            raise IndexError(f"rows {start}..{stop} of {self.shape[0]} in {self.path}")
+        size = (stop - start) * self.row_size
+        data = os.pread(self.fd, size, self.offset + start * self.row_size)
+        if len(data) != size:
+            raise OSError(f"{self.path}: read {len(data)} of {size} bytes at row {start} (was the file truncated?)")
+        return data
 
     def __getitem__(self, rows: np.ndarray) -> np.ndarray:
         """The rows at `rows`, in that order, as one array: what indexing the array with `rows` gives (~0.6 us a row)."""
+        if not isinstance(rows, np.ndarray) or rows.ndim != 1 or rows.dtype.kind not in "iu":
+            raise TypeError(f"{self.path}: only a 1-D integer array of row numbers indexes a file read by row, not {rows!r}")
         if len(rows) and not 0 <= rows.min() <= rows.max() < self.shape[0]:
-            raise IndexError(f"rows {rows.min()}..{rows.max()} of {self.shape[0]}")
+            raise IndexError(f"rows {rows.min()}..{rows.max()} of {self.shape[0]} in {self.path}")
         out = np.empty((len(rows), *self.shape[1:]), self.dtype)
         into, size = memoryview(out.view(np.uint8).reshape(-1)), self.row_size
         for position, index in enumerate(rows.tolist()):
-            os.preadv(self.fd, (into[position * size : (position + 1) * size],), self.offset + index * size)
+            got = os.preadv(self.fd, (into[position * size : (position + 1) * size],), self.offset + index * size)
+            if got != size:
+                raise OSError(f"{self.path}: read {got} of {size} bytes at row {index} (was the file truncated?)")
         return out

@@ -143,7 +143,7 @@ class UrlFilter(Stage):
 
         assets = Path(str(resources.files("datatrove") / "assets"))
         tarball = assets / FINEWEB_BLOCKLIST
-        key = file_digest(tarball, extra="blake2b-8 domains.npy, domain_buckets.npy, urls.json")
+        key = file_digest(tarball, extra=f"blake2b-8 domains.npy, domain_buckets.npy >> {TOP_BITS_SHIFT}, urls.json")
         folder = cached("url_blocklist", key, build_blocklist(tarball))
         self.listed_domains = SortedHashes(folder / "domains.npy", folder / "domain_buckets.npy")
         self.listed_urls = set(json.loads((folder / "urls.json").read_text()))

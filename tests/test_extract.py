@@ -1,9 +1,11 @@
+import functools
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from curation.sources.warc import WarcReader
-from filters.extract import HtmlExtractor, decode_html, share_justext_stop_words
+from filters.extract import HtmlExtractor, _ChildExtractor, decode_html, share_justext_stop_words
 
 
 def raw_table(pages: list[tuple[bytes | None, str | None, str | None]]) -> pa.Table:
@@ -110,6 +112,26 @@ def test_justext_classifies_with_trafilatura_s_stop_words_not_a_copy():
     assert shared == lowered
     assert {id(word) for word in shared} == {id(word) for word in words}
     assert justext.core.define_stoplist(("The", "and")) == {"the", "and"}
+
+
+def test_sharing_the_stop_words_drops_the_set_built_before(monkeypatch):
+    """A set jusText built before sharing (the warm-up page's) is not kept beside the shared one."""
+    import justext.core
+
+    lowering = functools.lru_cache(maxsize=128)(lambda stoplist: frozenset(word.lower() for word in stoplist))
+    monkeypatch.setattr(justext.core, "define_stoplist", lowering)
+    lowering(("a", "b"))
+    share_justext_stop_words()
+    assert lowering.cache_info().currsize == 0 and justext.core.define_stoplist.shares_words
+
+
+def test_the_child_extracting_off_the_main_thread_shares_the_stop_words_too():
+    child = _ChildExtractor()
+    assert child.extract("trafilatura", ARTICLE, False, 30)
+    try:
+        assert child.pool.apply(eval, ("__import__('justext.core').core.define_stoplist.shares_words",))
+    finally:
+        child.pool.terminate()
 
 
 def test_timeout_drops_the_page_and_the_stage_goes_on():

@@ -209,6 +209,8 @@ def test_a_small_token_cache_changes_no_decision(stage, pages):
     small._new_tokenizer = lambda rebuild=small._new_tokenizer: (rebuilt.append(1), rebuild())
     assert small.annotate(table) == stage.annotate(table)
     assert len(rebuilt) >= 3
+    with pytest.raises(ValueError, match="token_cache_limit"):
+        HeuristicFilters.Params(token_cache_limit=764)
 
 
 @pytest.mark.parametrize(
