@@ -1,5 +1,3 @@
-import sys
+from curation.cli import exit_script, main
 
-from curation.cli import main
-
-sys.exit(main())
+exit_script(main())

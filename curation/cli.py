@@ -1,6 +1,7 @@
 """`curate`: run a recipe on Ray, print a run's funnel, or write the sample snapshot."""
 
 import argparse
+import gc
 import glob
 import os
 import re
@@ -8,6 +9,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -233,7 +235,6 @@ def code_inputs(args, console: Console) -> tuple[list[str], str]:
 
 def resolve_inputs(args, console: Console, kind: str = "warc") -> tuple[list[str], str]:
     """The input files (for code: repository directories) and the snapshot name they belong to."""
-    from curation.sources import sample
     from curation.sources.commoncrawl import commoncrawl_warc_urls, snapshot_of
 
     if kind == "text":
@@ -257,6 +258,8 @@ def resolve_inputs(args, console: Console, kind: str = "warc") -> tuple[list[str
         return files, args.snapshot or snapshot_of(files[0]) or "unknown"
     if args.snapshot:
         return commoncrawl_warc_urls(args.snapshot, args.max_files, args.paths_file), args.snapshot
+    from curation.sources import sample  # Faker, imported only where the sample is made
+
     console.print(f"[bold]No --input: curating the built-in sample snapshot[/] ({args.sample_pages} pages in {DEFAULT_SAMPLE}/)")
     paths = sample.ensure(DEFAULT_SAMPLE, args.sample_pages, args.sample_files)
     return [str(p.resolve()) for p in paths][: args.max_files], sample.SNAPSHOT
@@ -610,5 +613,14 @@ def main(argv: list[str] | None = None, more: dict | None = None) -> int:
         return 1
 
 
+def exit_script(code: int) -> NoReturn:
+    """The end of a `curate` process: the objects still alive are left to the operating system instead of the
+    interpreter's last garbage collections, which took 0.17 s of an 8,000-page run's ~7.7 s here (pyarrow's, Ray's,
+    numpy's objects). atexit handlers, objects freed by their reference count and stdio flushing run as before;
+    outputs are closed by the code that writes them, never left to the collector."""
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_script(main())

@@ -1,5 +1,3 @@
-import sys
+from experiments.cli import curate_script
 
-from experiments.cli import curate_main
-
-sys.exit(curate_main())
+curate_script()

@@ -4,6 +4,7 @@
 import argparse
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 
@@ -143,6 +144,11 @@ CURATE_COMMANDS = {"ablate": (ABLATE_HELP, add_ablate_arguments, cmd_ablate), "r
 
 def curate_main(argv: list[str] | None = None) -> int:
     return curation_cli.main(argv, CURATE_COMMANDS)
+
+
+def curate_script() -> NoReturn:
+    """The `curate` command (its process ends as curation.cli.exit_script says)."""
+    curation_cli.exit_script(curate_main())
 
 
 def _numbers(text: str) -> list[float]:

@@ -2,13 +2,15 @@
 
 import glob
 import random
+import sys
 
 import pyarrow as pa
 import pytest
+import regex
 
 from curation.sources.warc import WarcReader
 from filters import HtmlExtractor
-from filters.heuristics import HeuristicFilters, Words, _covering, datatrove_reference
+from filters.heuristics import TERMINAL_PUNCTUATION, HeuristicFilters, Words, _covering, datatrove_reference
 from tests.conftest import SHARED_DATA
 
 S = [
@@ -229,3 +231,9 @@ def test_overridden_thresholds_reach_the_other_reasons(params, text, reason):
     stage = HeuristicFilters(HeuristicFilters.Params(**params))
     stage.setup()
     assert stage.judge(text)[0] == reason
+
+
+def test_terminal_punctuation_is_unicode_s_sentence_terminals_and_three_khmer_signs():
+    every_code_point = "".join(map(chr, range(sys.maxunicode + 1)))
+    expected = frozenset(regex.findall(r"\p{Sentence_Terminal}", every_code_point)) | {"\u17d6", "\u17d9", "\u17da"}
+    assert TERMINAL_PUNCTUATION == expected and {".", "!", "?", "\u3002", "\u0964"} <= TERMINAL_PUNCTUATION
