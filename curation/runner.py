@@ -196,8 +196,9 @@ class _Scheduler:
                 self.manifest.record(self.stage_dirs[stage], shard_stats)
                 if self.progress:
                     self.progress(self.stage_dirs[stage], shard_stats)
-            self.manifest.save()
+            self.manifest.save_soon()
             self.advance(task.last + 1, task.shard)
+        self.manifest.save_if_unsaved()
 
     def run_barrier(self, barrier: int) -> None:
         """The duplicate stage's corpus-wide pass over every shard, then its filter on each; a shard that failed
@@ -245,12 +246,14 @@ class _Scheduler:
                 try:
                     done[str(task)] = ray.get(ready[0])
                 except Exception as error:
+                    self.manifest.save_if_unsaved()  # the tasks done before it are not redone
                     cause = ray_task_error(error)
                     why = disk_full(cause, self.folder.root) or last_line(cause)
                     raise dedup.PassFailed(f"step {name}, task {task} failed: {why}") from None
-                self.manifest.save()
+                self.manifest.save_soon()
                 if self.on_step:
                     self.on_step(stage_dir, name, len(done), total)
+            self.manifest.save_if_unsaved()
             return done
 
         return fan_out
