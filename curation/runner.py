@@ -10,6 +10,7 @@ the same file names, never duplicating one.
 """
 
 import platform
+from collections import deque
 from dataclasses import dataclass, field
 from importlib import metadata
 
@@ -66,6 +67,10 @@ def run(
 
 
 TASK_RETRIES = 3
+# tasks in flight per CPU of the cluster: enough to keep every worker fed, few enough that the driver's ray.wait,
+# which costs O(tasks pending) per finished task (11.8 ms at 20,000 here), stays small on a snapshot of 90,000 files
+IN_FLIGHT_PER_CPU = 4
+MIN_IN_FLIGHT = 16
 
 
 def _node() -> str:
@@ -118,6 +123,8 @@ class _Scheduler:
         self.remove_stale_reports()
         self.passes: dict[int, dedup.PassContext] = {}
         self.pending: dict = {}  # Ray reference -> SegmentTask
+        self.ready = deque((0, shard) for shard in range(len(inputs)))  # (stage, shard) to move on as tasks finish
+        self.in_flight = max(MIN_IN_FLIGHT, IN_FLIGHT_PER_CPU * int(ray.cluster_resources().get("CPU", 1)))
         self.waiting: dict[int, list[int]] = {}  # barrier stage -> shards that reached it
         # a task lost with its worker or node is retried (its writes are atomic, under fixed names); one that raised
         # is not: a bad input fails the same way twice
@@ -133,13 +140,18 @@ class _Scheduler:
                 self.folder.fs.rm(stale)
 
     def run(self) -> None:
-        for shard in range(len(self.inputs)):
-            self.advance(0, shard)
+        self.move_on()
         while self.pending or self.waiting:
             self.collect_segments()
             if self.waiting:
                 self.run_barrier(min(self.waiting))
         self.finish()
+
+    def move_on(self) -> None:
+        """Advance ready shards while fewer than `in_flight` tasks are pending (a shard the manifest has as done
+        is skipped at once, submitting nothing)."""
+        while self.ready and len(self.pending) < self.in_flight:
+            self.advance(*self.ready.popleft())
 
     def written(self, stage: int, shard: int) -> bool:
         return stage in self.writes and self.folder.fs.exists(self.folder.part(stage, shard))
@@ -182,15 +194,16 @@ class _Scheduler:
         import ray
 
         while self.pending:
-            ready, _ = ray.wait(list(self.pending), num_returns=1)
-            task = self.pending.pop(ready[0])
+            (finished,), _ = ray.wait(list(self.pending), num_returns=1)
+            task = self.pending.pop(finished)
             try:
-                stage_stats = ray.get(ready[0])
+                stage_stats = ray.get(finished)
             except Exception as error:
                 cause = ray_task_error(error)
                 stage_dir = getattr(cause, "stage_dir", self.stage_dirs[task.first])
                 why = getattr(cause, "reason", None) or last_line(cause)  # the stage, shard and input are fields already
                 self.result.failures.append(ShardFailure(stage_dir, task.shard, task.input, why))
+                self.move_on()
                 continue
             for stage, shard_stats in zip(range(task.first, task.last + 1), stage_stats):
                 self.manifest.record(self.stage_dirs[stage], shard_stats)
@@ -198,6 +211,7 @@ class _Scheduler:
                     self.progress(self.stage_dirs[stage], shard_stats)
             self.manifest.save_soon()
             self.advance(task.last + 1, task.shard)
+            self.move_on()
         self.manifest.save_if_unsaved()
 
     def run_barrier(self, barrier: int) -> None:
@@ -223,8 +237,8 @@ class _Scheduler:
             self._fail(stage_dir, barrier, shards, f"{stage_dir}: {error}")
             return
         self.passes[barrier] = ctx
-        for shard in shards:
-            self.submit(barrier, shard)
+        self.ready.extend((barrier, shard) for shard in shards)
+        self.move_on()
 
     def _fail(self, stage_dir: str, barrier: int, shards: list[int], reason: str) -> None:
         for shard in shards:
@@ -238,13 +252,16 @@ class _Scheduler:
 
         def fan_out(name: str, step: str, ids, *args) -> dict:
             done = passes.setdefault(name, {})
-            pending = {self.remote_pass_task.remote(ctx, step, *args, i): i for i in ids if str(i) not in done}
-            total = len(done) + len(pending)
-            while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1)
-                task = pending.pop(ready[0])
+            todo = deque(i for i in ids if str(i) not in done)
+            total, pending = len(done) + len(todo), {}
+            while todo or pending:
+                while todo and len(pending) < self.in_flight:
+                    task = todo.popleft()
+                    pending[self.remote_pass_task.remote(ctx, step, *args, task)] = task
+                (finished,), _ = ray.wait(list(pending), num_returns=1)
+                task = pending.pop(finished)
                 try:
-                    done[str(task)] = ray.get(ready[0])
+                    done[str(task)] = ray.get(finished)
                 except Exception as error:
                     self.manifest.save_if_unsaved()  # the tasks done before it are not redone
                     cause = ray_task_error(error)

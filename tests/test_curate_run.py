@@ -178,6 +178,37 @@ def test_a_failing_file_is_named_and_the_rest_finishes_up_to_dedup(snapshot_file
     assert (tmp_path / "run" / "06_quality" / "part-00000.parquet").exists()
 
 
+def test_with_two_tasks_in_flight_the_run_writes_what_it_writes_with_all_in_flight(snapshot_files, tmp_path, monkeypatch):
+    """The driver submits tasks as others finish (its ray.wait costs O(tasks pending)), shards, a dedup pass's tasks
+    and the shards it releases alike; the outputs are the same."""
+    import ray
+
+    from curation import runner
+
+    inputs = sorted(str(path) for path in snapshot_files.glob("*.warc.gz"))
+    waited_on, wait = [], ray.wait
+
+    def counting_wait(refs, **kwargs):
+        waited_on.append(len(refs))
+        return wait(refs, **kwargs)
+
+    ray.init(num_cpus=2, object_store_memory=100 * 1024**2, include_dashboard=False)
+    try:
+        for name, least, per_cpu in (("all", 100, 4), ("two", 2, 0)):
+            monkeypatch.setattr(runner, "MIN_IN_FLIGHT", least)
+            monkeypatch.setattr(runner, "IN_FLIGHT_PER_CPU", per_cpu)
+            monkeypatch.setattr(ray, "wait", counting_wait)
+            waited_on.clear()
+            assert not runner.run(load_recipe("fineweb-snapshot"), inputs, str(tmp_path / name), "sample", keep_removed=True).failures
+            most = max(waited_on)
+    finally:
+        ray.shutdown()
+    assert most == 2 and len(inputs) == 8
+    assert list(parts(tmp_path / "two")) == list(parts(tmp_path / "all"))
+    for name, path in parts(tmp_path / "all").items():
+        assert pq.read_table(parts(tmp_path / "two")[name]).equals(pq.read_table(path)), name
+
+
 def test_the_cli_exits_1_naming_a_corrupt_file_among_good_ones_and_the_fixed_rerun_exits_0(tmp_path):
     """`curate run` itself (a subprocess, as a user or a scheduler sees it): a Parquet input cut short beside two good
     ones fails its shard, dedup does not run without it, the exit code is 1 and the file is named; once the file is
