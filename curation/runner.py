@@ -204,14 +204,13 @@ class _Scheduler:
                 stage_dir = getattr(cause, "stage_dir", self.stage_dirs[task.first])
                 why = getattr(cause, "reason", None) or last_line(cause)  # the stage, shard and input are fields already
                 self.result.failures.append(ShardFailure(stage_dir, task.shard, task.input, why))
-                self.move_on()
-                continue
-            for stage, shard_stats in zip(range(task.first, task.last + 1), stage_stats):
-                self.manifest.record(self.stage_dirs[stage], shard_stats)
-                if self.progress:
-                    self.progress(self.stage_dirs[stage], shard_stats)
-            self.manifest.save_soon()
-            self.advance(task.last + 1, task.shard)
+            else:
+                for stage, shard_stats in zip(range(task.first, task.last + 1), stage_stats):
+                    self.manifest.record(self.stage_dirs[stage], shard_stats)
+                    if self.progress:
+                        self.progress(self.stage_dirs[stage], shard_stats)
+                self.manifest.save_soon()
+                self.advance(task.last + 1, task.shard)
             self.move_on()
         self.manifest.save_if_unsaved()
 

@@ -27,7 +27,10 @@ from filters.base import Annotation, Stage, StageParams
 # adds a few rare marks to ours); one scan of all code points (matching them one by one took 4 s per import), their
 # string decoded from UTF-32 in 0.01 s (joined from chr() it took 0.11 s of each worker's and the driver's start)
 TERMINAL_PUNCTUATION = frozenset(
-    regex.findall(r"\p{Sentence_Terminal}", np.arange(sys.maxunicode + 1, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass"))
+    regex.findall(
+        r"\p{Sentence_Terminal}",
+        np.arange(sys.maxunicode + 1, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass"),
+    )
 ) | {"\u17d6", "\u17d9", "\u17da"}
 # What makes a word "only symbols" for Gopher: ASCII punctuation, control characters but tab and newline, the usual
 # typographic and CJK/full-width marks, and terminal punctuation

@@ -192,12 +192,12 @@ def test_with_two_tasks_in_flight_the_run_writes_what_it_writes_with_all_in_flig
         waited_on.append(len(refs))
         return wait(refs, **kwargs)
 
+    monkeypatch.setattr(ray, "wait", counting_wait)
     ray.init(num_cpus=2, object_store_memory=100 * 1024**2, include_dashboard=False)
     try:
         for name, least, per_cpu in (("all", 100, 4), ("two", 2, 0)):
             monkeypatch.setattr(runner, "MIN_IN_FLIGHT", least)
             monkeypatch.setattr(runner, "IN_FLIGHT_PER_CPU", per_cpu)
-            monkeypatch.setattr(ray, "wait", counting_wait)
             waited_on.clear()
             assert not runner.run(load_recipe("fineweb-snapshot"), inputs, str(tmp_path / name), "sample", keep_removed=True).failures
             most = max(waited_on)
