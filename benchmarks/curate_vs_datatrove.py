@@ -16,7 +16,9 @@ with no start-up, no idle worker and nothing between tasks) and wall/floor; inpu
 command's whole process tree (Ray's own processes included, sampled 5 times a second), and at that peak the RSS of
 the driver, of Ray's own processes and of each worker; the same for PSS (shared pages split between the processes
 that map them, so shared libraries count once); documents kept and seconds per stage summed over tasks. From the runs
-at 1 and 2 workers, each side's memory is split into a fixed part and a part per worker (peak(2) - peak(1)).
+at 1 and 2 workers, each side's memory is split into a fixed part and a part per worker (peak(2) - peak(1)). The
+machine's busy CPU seconds over each run, and what of them is beyond the stage seconds (start-up, setup, Ray's
+processes): with as many workers as cores, the wall can be no less than that CPU / cores.
 `--scaling` adds our resiliparse run at other sizes (2,000 pages per file, at least one file per worker), where
 pages/s should hold and peak memory stay flat.
 """
@@ -67,6 +69,7 @@ class PeakByRole:
     def __init__(self, pid: int, interval: float = 0.2):
         self.pid, self.interval = pid, interval
         self.peak, self.at_peak, self.pss_peak, self.pss_at_peak = 0, {}, 0, {}
+        self.own_cpu_s = 0.0  # the sampler's own CPU, taken out of the machine's
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -95,6 +98,7 @@ class PeakByRole:
                 self.peak, self.at_peak = sum(rss.values()), dict(rss)
             if sum(pss.values()) > self.pss_peak:
                 self.pss_peak, self.pss_at_peak = sum(pss.values()), dict(pss)
+        self.own_cpu_s = time.thread_time()
 
     def stop(self) -> dict[str, int]:
         self._stop.set()
@@ -111,19 +115,25 @@ def split_roles(at_peak: dict[str, int]) -> dict:
             "worker_mib": [round(rss / mib) for rss in workers]}  # fmt: skip
 
 
+def busy_cpu_seconds() -> float:
+    """The machine's CPU seconds spent so far, all cores, not idle, waiting on I/O or taken by a hypervisor."""
+    not_ours = ("idle", "iowait", "steal", "guest", "guest_nice")  # a guest's time is counted in user's too
+    return sum(seconds for name, seconds in psutil.cpu_times()._asdict().items() if name not in not_ours)
+
+
 def measured(command: list[str], log: Path) -> dict:
-    """Run `command` alone; its wall seconds, peak process-tree RSS and that peak by process. Fails loudly with the
-    log's tail."""
-    started = time.perf_counter()
+    """Run `command` alone; its wall seconds, the machine's busy CPU seconds meanwhile, peak process-tree RSS and
+    that peak by process. Fails loudly with the log's tail."""
+    started, busy = time.perf_counter(), busy_cpu_seconds()
     with open(log, "w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
         sampler = PeakByRole(process.pid)
         code = process.wait()
-    wall, at_peak = time.perf_counter() - started, sampler.stop()
+    wall, busy, at_peak = time.perf_counter() - started, busy_cpu_seconds() - busy, sampler.stop()
     if code:
         raise SystemExit(f"{' '.join(command)} exited {code}:\n{log.read_text()[-3000:]}")
     pss = {f"pss_{key}": value for key, value in split_roles(sampler.pss_at_peak).items()}
-    return {"wall_s": round(wall, 2), "peak_rss_mib": round(sampler.peak / 2**20), **split_roles(at_peak),
+    return {"wall_s": round(wall, 2), "cpu_s": round(busy - sampler.own_cpu_s, 2), "peak_rss_mib": round(sampler.peak / 2**20), **split_roles(at_peak),
             "peak_pss_mib": round(sampler.pss_peak / 2**20), **pss}  # fmt: skip
 
 
@@ -218,6 +228,14 @@ def print_table(rows: list[dict]) -> None:
             if {1, 2} <= set(by_workers):
                 per_worker = by_workers[2] - by_workers[1]
                 print(f"  {name}: fixed {by_workers[1] - per_worker:,} MiB, per worker {per_worker:,} MiB")
+    cores = os.cpu_count()
+    print(f"\nCPU: the machine's busy CPU seconds over each run (the memory sampler's own taken out), beyond the stage"
+          f" seconds, and the least wall that CPU allows on this machine's {cores} cores (CPU / cores), against the floor:")  # fmt: skip
+    for row in rows:
+        stages = sum(row["stage_seconds"].values())
+        print(f"  {row['run']}, {row['workers']} worker(s): CPU {row['cpu_s']:.1f} s, stages {stages:.1f} s, beyond "
+              f"{row['cpu_s'] - stages:.1f} s; CPU / cores {row['cpu_s'] / cores:.1f} s = "
+              f"{row['cpu_s'] / cores / row['floor_s']:.2f}x the floor")  # fmt: skip
     print("\nseconds per stage, summed over tasks:")
     for row in rows:
         top = sorted(row["stage_seconds"].items(), key=lambda item: -item[1])
