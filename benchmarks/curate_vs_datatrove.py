@@ -124,17 +124,19 @@ def busy_cpu_seconds() -> float:
 def measured(command: list[str], log: Path) -> dict:
     """Run `command` alone; its wall seconds, the machine's busy CPU seconds meanwhile, peak process-tree RSS and
     that peak by process. Fails loudly with the log's tail."""
-    started, busy = time.perf_counter(), busy_cpu_seconds()
+    started, busy_before = time.perf_counter(), busy_cpu_seconds()
     with open(log, "w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
         sampler = PeakByRole(process.pid)
         code = process.wait()
-    wall, busy, at_peak = time.perf_counter() - started, busy_cpu_seconds() - busy, sampler.stop()
+    wall = time.perf_counter() - started
+    at_peak = sampler.stop()  # before reading the CPU, so that all the sampler's own CPU is in it to take out
+    cpu = busy_cpu_seconds() - busy_before - sampler.own_cpu_s
     if code:
         raise SystemExit(f"{' '.join(command)} exited {code}:\n{log.read_text()[-3000:]}")
     pss = {f"pss_{key}": value for key, value in split_roles(sampler.pss_at_peak).items()}
-    return {"wall_s": round(wall, 2), "cpu_s": round(busy - sampler.own_cpu_s, 2), "peak_rss_mib": round(sampler.peak / 2**20), **split_roles(at_peak),
-            "peak_pss_mib": round(sampler.pss_peak / 2**20), **pss}  # fmt: skip
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_rss_mib": round(sampler.peak / 2**20),
+            **split_roles(at_peak), "peak_pss_mib": round(sampler.pss_peak / 2**20), **pss}  # fmt: skip
 
 
 def make_input(folder: Path, pages: int, files: int, anchor_python: str) -> str:
