@@ -63,6 +63,10 @@ def _parser(more: dict | None = None) -> argparse.ArgumentParser:
     input_arguments(run)
     run.add_argument("--output", help="run folder (default: runs/<recipe>)")
     run.add_argument("--keep-removed", action="store_true", help="also write dropped documents to OUT/removed/<stage>/")
+    run.add_argument("--keep-intermediate", action="store_true",
+                     help="UNSAFE: keep the parts written before a redacting stage (secrets, pii), which are deleted "
+                     "when the run finishes because they hold the text it redacts; a later change to a stage after "
+                     "them then resumes from them instead of redoing the run")  # fmt: skip
     run.add_argument("--materialize-all", action="store_true",
                      help="write every stage's parts (for debugging); by default the stages between two dedup stages "
                      "run fused in memory and only the last one before each dedup stage and the final one are written")  # fmt: skip
@@ -81,13 +85,19 @@ def _parser(more: dict | None = None) -> argparse.ArgumentParser:
         "all of them (at most --tokenizer-sample-bytes, from runs and sources in proportion to their size; recorded in "
         "RUN/tokens/tokenizer_sample.json and reused by a rerun), so the runs of one mixture (web, code, rest) can be "
         "tokenized in one command. It reads the final stage of the recipe each RUN was last run with. A rerun skips "
-        "the parts already done (their stats are in RUN/tokens/parts/), so a killed run resumes; token parts of inputs "
+        "the parts already done (their stats are in RUN/tokens/parts/ and their sha256 still matches), so a killed run "
+        "resumes and a changed part is redone. A tokenizer that runs outside the command were also tokenized with is "
+        "kept (unless --retrain-tokenizer), so one run can be retokenized alone; token parts of inputs "
         "a run no longer has are deleted. Read the parts by their glob (RUN/tokens/part-*.parquet): the JSON files lie "
         "beside them.",
     )
     tokenize.add_argument("output", nargs="+", help="folders written by `curate run`")
     tokenize.add_argument("--tokenizer", help="an HF tokenizers tokenizer.json to use (must have <|endoftext|>)")
     tokenize.add_argument("--vocab-size", type=int, default=8192, help="vocabulary of a newly trained tokenizer")
+    tokenize.add_argument("--retrain-tokenizer", action="store_true",
+                          help="train a new tokenizer over these runs even where their tokens/ holds one that other "
+                          "runs' tokens were made with (e.g. `curate tokenize A` after `curate tokenize A B C`; without "
+                          "it that one is kept); the runs left on the old one are named, to tokenize again")  # fmt: skip
     tokenize.add_argument("--validation-fraction", type=float, dest="validation_fraction",
                           help="documents held out for validation loss, chosen by a hash of their id (column `split`); "
                           "`train` never trains on them (default: 1 in 100)")  # fmt: skip
@@ -247,13 +257,19 @@ def resolve_inputs(args, console: Console, kind: str = "warc") -> tuple[list[str
 
         files = []
         for pattern in args.input:
-            matched = fsspec.open_files(pattern, "rb", expand=True)
+            fs, path = fsspec.core.url_to_fs(pattern)
+            # `?` and `[0-3]` glob as `*` does (fsspec's open_files expands `*` only), unless a file has that very name;
+            # in an http(s) URL `?` starts the query
+            web = pattern.startswith(("http://", "https://"))
+            globbed = ("*" in path if web else glob.has_magic(path)) and not fs.exists(path)
+            matched = [m for m in sorted(fs.glob(path)) if not fs.isdir(m)] if globbed else [path]
             if not matched:
                 raise SystemExit(f"curate: --input {pattern!r} matches no file")
-            missing = [m.path if isinstance(m.fs, LocalFileSystem) else m.full_name for m in matched if not m.fs.isfile(m.path)]
+            names = [m if isinstance(fs, LocalFileSystem) else fs.unstrip_protocol(m) for m in matched]
+            missing = [name for name, m in zip(names, matched) if not fs.isfile(m)]
             if missing:  # a plain path (no glob) comes back whether or not it exists
                 raise SystemExit(f"curate: --input {missing[0]!r} is not a file")
-            files += [m.path if isinstance(m.fs, LocalFileSystem) else m.full_name for m in matched]
+            files += names
         files = sorted(dict.fromkeys(files))[: args.max_files]
         return files, args.snapshot or snapshot_of(files[0]) or "unknown"
     if args.snapshot:
@@ -297,7 +313,9 @@ def cmd_run(args) -> int:
     """Every recipe, its inputs and its output are checked before Ray starts; then they run in order on one Ray."""
     from curation import ray_session
     from curation.recipe import RecipeError, load_recipe
-    from curation.run_folder import RunFolder
+    from curation.run_folder import LOCK_FILE, RunFolder
+    from shard_contract import folder_lock
+    from shard_contract.folder_lock import FolderLocked
 
     console = make_console()
     if len(args.recipes) > 1:
@@ -327,10 +345,18 @@ def cmd_run(args) -> int:
         if any(output == planned[3] for planned in plans):
             print(f"curate: two recipes would write {output}: give recipes of different names", file=sys.stderr)
             return 2
+        try:
+            folder_lock.check(output, LOCK_FILE, "curate run")  # before Ray starts; runner.run takes the lock
+        except FolderLocked as error:
+            print(f"curate: {error}", file=sys.stderr)
+            return 2
         plans.append((recipe, inputs, snapshot, output))
     started = ray_session.connect(args.ray_address, args.num_cpus, owner=plans[0][3])
     try:
         return max(run_recipe(args, console, *plan) for plan in plans)
+    except FolderLocked as error:  # taken between the check and the run
+        print(f"curate: {error}", file=sys.stderr)
+        return 2
     finally:
         ray_session.disconnect(started, owner=plans[0][3])
 
@@ -345,12 +371,16 @@ def run_recipe(args, console: Console, recipe, inputs: list[str], snapshot: str,
         on_shard = StageProgress(progress, recipe.stage_dirs(), len(inputs))
         result = runner.run(
             recipe, inputs, output, snapshot, keep_removed=args.keep_removed, materialize_all=args.materialize_all,
+            keep_intermediate=args.keep_intermediate,
             ray_address=args.ray_address, num_cpus=args.num_cpus, progress=on_shard, on_step=on_shard.pass_step,
         )  # fmt: skip
     if result.removed_stages:
         console.print(f"removed stage folders the current recipe does not have: {', '.join(result.removed_stages)}", soft_wrap=True)
     if result.skipped_shards:
         console.print(f"resumed: {result.skipped_shards} stage-shard(s) were already done and skipped")
+    if result.released_stages:
+        console.print(f"deleted the parts of {', '.join(result.released_stages)}: they hold text a later stage redacts "
+                      "(--keep-intermediate keeps them, unsafe)", soft_wrap=True)  # fmt: skip
     stats.print_funnel(stats.stage_totals(output), console)
     stats.print_passes(stats.load_passes(output), console)
     report = Path(output) / "decontamination.parquet"
@@ -385,6 +415,7 @@ def cmd_tokenize(args) -> int:
     from rich.table import Table
 
     from curation.tokenize import tokenize_runs
+    from shard_contract.folder_lock import FolderLocked
 
     console = make_console()
     if args.ray_address:
@@ -399,11 +430,15 @@ def cmd_tokenize(args) -> int:
             held_out = {} if args.validation_fraction is None else {"validation_fraction": args.validation_fraction}
             result = tokenize_runs(args.output, args.tokenizer, args.vocab_size, sample_bytes=args.tokenizer_sample_bytes,
                                    seed=args.tokenizer_sample_seed, ray_address=args.ray_address, num_cpus=args.num_cpus,
-                                   on_start=bars.start, on_part=bars, **held_out)  # fmt: skip
-        except (FileNotFoundError, ValueError) as error:
+                                   on_start=bars.start, on_part=bars, retrain_tokenizer=args.retrain_tokenizer, **held_out)  # fmt: skip
+        except (FileNotFoundError, ValueError, FolderLocked) as error:
             print(f"curate: {error}", file=sys.stderr)
             return 2
     console.print(f"tokenizer: {result.tokenizer}", soft_wrap=True)
+    if result.retokenize:
+        runs = " ".join(args.output + result.retokenize)
+        console.print(f"[yellow]{', '.join(result.retokenize)}: tokenized with the tokenizer this replaced; a mixture of "
+                      f"them and these runs is refused until you run `curate tokenize {runs}`[/]", soft_wrap=True)  # fmt: skip
     if result.skipped:
         console.print(f"resumed: {result.skipped} part(s) were already tokenized and skipped")
     if result.removed:

@@ -38,14 +38,27 @@ def _write_then_rename(fs, path: str, mode: str, write) -> None:
 
 
 def write_parquet_atomic(fs, path: str, table: pa.Table, **options) -> None:
-    """`options`: more of pq.write_table's (e.g. use_dictionary for the columns where it pays)."""
-    _write_then_rename(fs, path, "wb", lambda handle: pq.write_table(table, handle, compression="zstd", **options))
+    """`options`: more of pq.write_table's (e.g. use_dictionary for the columns where it pays). An empty table is
+    written with no row group (see `_write_rows`)."""
+
+    def write(handle) -> None:
+        with pq.ParquetWriter(handle, table.schema, compression="zstd", **options) as writer:
+            _write_rows(writer, table)
+
+    _write_then_rename(fs, path, "wb", write)
+
+
+def _write_rows(writer: pq.ParquetWriter, table: pa.Table) -> None:
+    """Rows only: a file of no rows keeps its schema and no row group, because Hugging Face `datasets` takes a file's
+    batch size from its first row group and fails on an empty one (a shard whose documents were all dropped would
+    make a whole folder unloadable)."""
+    if table.num_rows:
+        writer.write_table(table)
 
 
 class ParquetPartWriter:
     """A Parquet file written a table at a time under a temporary name, renamed to `path` by close(): a part
-    appears whole or not at all. Empty tables after the first are skipped, so a part that gets no rows still has
-    its schema."""
+    appears whole or not at all. The first table's schema is the file's; empty tables add no row group."""
 
     def __init__(self, fs, path: str):
         self.fs, self.path = fs, path
@@ -53,13 +66,11 @@ class ParquetPartWriter:
         self.handle = self.writer = None
 
     def write(self, table: pa.Table) -> None:
-        if self.writer is not None and not table.num_rows:
-            return
         if self.writer is None:
             self.fs.makedirs(self.path.rsplit("/", 1)[0], exist_ok=True)
             self.handle = self.fs.open(self.tmp, "wb")
             self.writer = pq.ParquetWriter(self.handle, table.schema, compression="zstd")
-        self.writer.write_table(table)
+        _write_rows(self.writer, table)
 
     def close(self) -> None:
         if self.writer is not None:

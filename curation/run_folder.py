@@ -3,6 +3,7 @@ work files, the manifest) is built here, and the manifest says what is done.
 
 ```
 OUT/manifest.json        recipe, inputs, versions; per stage its config hash and finished shards with their stats
+OUT/run.lock             while a `curate run` or `curate tokenize` writes the folder: its pid, start and host
 OUT/<NN_stage>/part-S    a stage's kept documents, for the stages the run writes (a fused run writes only the
                          last stage before each dedup stage and the final one; --materialize-all writes every one)
 OUT/removed/<NN_stage>/  with --keep-removed: the documents a stage dropped, with their drop_reason
@@ -20,6 +21,7 @@ import fsspec
 from curation.io import read_json, remove_temporaries, write_json_atomic
 
 MANIFEST = "manifest.json"
+LOCK_FILE = "run.lock"  # held by the one `curate run` or `curate tokenize` writing the folder (shard_contract.folder_lock)
 SAVE_SHARE = 0.05  # the most of the driver's time that saving the manifest as tasks finish may take
 STAGE_DIR = re.compile(r"^\d{2}_[a-z0-9_]+$")  # 00_read, 07_dedup_exact, ...
 STAGE_PLACES = ("", "removed/", "work/", "reports/")  # where a stage writes: its folder under each of these

@@ -21,10 +21,11 @@ from curation import stats as run_stats
 from curation.io import disk_full, read_parquet, write_parquet_atomic
 from curation.pyarrow_without_pandas import spare_workers_pandas
 from curation.recipe import Recipe
-from curation.run_folder import Manifest, RunFolder
+from curation.run_folder import LOCK_FILE, Manifest, RunFolder
 from curation.segment import SegmentTask, run_segment
 from filters import REPORT_NAMES, STAGES
 from filters.duplicates import DuplicateFilter
+from shard_contract import folder_lock
 
 
 @dataclass
@@ -41,6 +42,7 @@ class RunResult:
     failures: list[ShardFailure] = field(default_factory=list)
     skipped_shards: int = 0
     removed_stages: list[str] = field(default_factory=list)  # stage folders an earlier recipe left in the output
+    released_stages: list[str] = field(default_factory=list)  # parts deleted at the end: a later stage redacts their text
 
 
 def run(
@@ -54,16 +56,24 @@ def run(
     progress=None,
     on_step=None,
     materialize_all: bool = False,
+    keep_intermediate: bool = False,
 ) -> RunResult:
     """Run (or resume) `recipe` over `inputs` into `output`; `progress` gets (stage_dir, shard_stats) per finished
-    stage of a shard, `on_step` (stage_dir, step, done, total) per finished task of a duplicate stage's pass."""
-    started = ray_session.connect(ray_address, num_cpus, owner=output)
+    stage of a shard, `on_step` (stage_dir, step, done, total) per finished task of a duplicate stage's pass. Once
+    every shard is finished, the parts written before a redacting stage (secrets, PII) are deleted unless
+    `keep_intermediate`: they hold the text it redacted."""
+    lock = folder_lock.acquire(output, LOCK_FILE, "curate run")  # before Ray: a second run into `output` is refused
     try:
-        scheduler = _Scheduler(recipe, inputs, output, snapshot, keep_removed, materialize_all, progress, on_step)
-        scheduler.run()
-        return scheduler.result
+        started = ray_session.connect(ray_address, num_cpus, owner=output)
+        try:
+            scheduler = _Scheduler(recipe, inputs, output, snapshot, keep_removed, materialize_all, progress, on_step,
+                                   keep_intermediate)  # fmt: skip
+            scheduler.run()
+            return scheduler.result
+        finally:
+            ray_session.disconnect(started, owner=output)
     finally:
-        ray_session.disconnect(started, owner=output)
+        folder_lock.release(output, lock)
 
 
 TASK_RETRIES = 3
@@ -105,10 +115,11 @@ class _Scheduler:
     """Submits each shard's next fused segment, parks shards at a duplicate stage until all have reached it, then
     runs that stage's pass and releases them."""
 
-    def __init__(self, recipe, inputs, output, snapshot, keep_removed, materialize_all, progress, on_step):
+    def __init__(self, recipe, inputs, output, snapshot, keep_removed, materialize_all, progress, on_step, keep_intermediate=False):
         import ray
 
         self.recipe, self.inputs, self.snapshot, self.keep_removed = recipe, inputs, snapshot, keep_removed
+        self.keep_intermediate = keep_intermediate
         self.progress, self.on_step = progress, on_step
         self.stage_dirs = recipe.stage_dirs()
         self.folder = RunFolder(output, self.stage_dirs)
@@ -121,6 +132,7 @@ class _Scheduler:
         self.writes = frozenset(range(count)) if materialize_all else frozenset(ends)
         self.segment_end = {k: min(end for end in ends if end >= k) for k in range(count)}
         self.result = RunResult(output=output, removed_stages=self.manifest.forgotten)
+        self.redo_released()
         self.remove_stale_reports()
         self.passes: dict[int, dedup.PassContext] = {}
         self.pending: dict = {}  # Ray reference -> SegmentTask
@@ -158,7 +170,27 @@ class _Scheduler:
         return stage in self.writes and self.folder.fs.exists(self.folder.part(stage, shard))
 
     def done(self, stage: int, shard: int) -> bool:
-        return self.manifest.recorded(self.stage_dirs[stage], shard) and (stage not in self.writes or self.written(stage, shard))
+        stage_dir = self.stage_dirs[stage]
+        kept = stage not in self.writes or self.manifest.data["stages"][stage_dir].get("released") or self.written(stage, shard)
+        return self.manifest.recorded(stage_dir, shard) and bool(kept)
+
+    def redacted_later(self) -> set[int]:
+        """The stages with a redacting stage after them: their parts hold text it replaced."""
+        last = max((i + 1 for i, spec in enumerate(self.recipe.stages) if STAGES[spec.stage].redacts), default=0)
+        return set(range(last))  # stage 0 is the read, so recipe stage i is stage i + 1
+
+    def redo_released(self) -> None:
+        """A finished run whose parts before a redacting stage were deleted has nothing to resume a shard from: when a
+        shard must be redone (its final part was deleted, a later stage's config changed), every stage from the first
+        deleted one is redone for every shard, since a duplicate stage's pass needs them all."""
+        released = [i for i, stage_dir in enumerate(self.stage_dirs) if self.manifest.data["stages"][stage_dir].get("released")]
+        final = len(self.stage_dirs) - 1
+        if not released or all(self.done(final, shard) for shard in range(len(self.inputs))):
+            return
+        for stage_dir, stage_hash in zip(self.stage_dirs[released[0]:], self.hashes[released[0]:]):
+            self.manifest.delete(stage_dir)
+            self.manifest.data["stages"][stage_dir] = {"config_hash": stage_hash, "shards": {}}
+        self.manifest.save()
 
     def advance(self, stage: int, shard: int) -> None:
         """Submit the shard's next unfinished stages from their last written boundary, or park the shard at a
@@ -296,6 +328,22 @@ class _Scheduler:
                 merged = pa.concat_tables(parts) if parts else stage_class.report_schema.empty_table()
                 write_parquet_atomic(fs, folder.path(f"{stage_class.report_name}.parquet"), merged)
         run_stats.write(fs, folder.root, self.manifest.data, self.stage_dirs)
+        if not self.result.failures and not self.keep_intermediate:
+            self.release_unredacted()
+
+    def release_unredacted(self) -> None:
+        """Delete the parts of every stage a later redacting stage follows, once every shard is finished: a finished
+        run folder holds no secret or PII its recipe removes. The manifest keeps them as done (`released`)."""
+        final = len(self.stage_dirs) - 1
+        if not all(self.done(final, shard) for shard in range(len(self.inputs))):
+            return
+        for stage in sorted(self.redacted_later() & self.writes - {final}):
+            stage_dir = self.stage_dirs[stage]
+            if self.folder.fs.exists(self.folder.path(stage_dir)):
+                self.folder.fs.rm(self.folder.path(stage_dir), recursive=True)
+                self.result.released_stages.append(stage_dir)
+            self.manifest.data["stages"][stage_dir]["released"] = True
+        self.manifest.save()
 
 
 def _versions() -> dict[str, str]:

@@ -6,7 +6,8 @@ with --materialize-all). A segment that reads an input file takes it in batches 
 its leading per-document stages, so a worker holds one batch of a Common Crawl file's pages, not the file; a stage
 that needs the whole shard (`per_document = False`) gets the batches' output joined. Each stage still returns its own
 stats, drop reasons and removed documents, summed over batches, and every file is renamed into place only when the
-shard is done.
+shard is done. The read stage names the input files (or records) it dropped: the first few per reason in its stats,
+every one (path, drop_reason, bytes) in removed/00_read/ with --keep-removed.
 """
 
 import time
@@ -23,7 +24,10 @@ from curation.run_folder import RunFolder
 from curation.schema import text_bytes
 from curation.sources import ReadResult
 from curation.sources.readers import read_batches
+from curation.stats import drop_samples
 from curation.worker_stages import worker_stage
+
+READ_REMOVED_SCHEMA = pa.schema([("path", pa.string()), ("drop_reason", pa.string()), ("bytes", pa.int64())])
 
 
 @dataclass
@@ -98,6 +102,11 @@ def _run_segment(task: SegmentTask, runs: dict[int, "_StageRun"]) -> list[dict]:
         _run_stages(task, runs, range(streamed, task.last + 1), pa.concat_tables(outputs))
     if task.first == 0:
         runs[0].stats.update(dropped=dict(read.dropped), bytes_in=read.bytes_in, input_sha256=read.sha256)
+        if read.removed:
+            samples = ({"path": path, "reason": reason, "bytes": size} for path, reason, size in read.removed)
+            runs[0].stats["drop_samples"] = drop_samples(samples)
+            if runs[0].removed:
+                runs[0].removed.write(pa.table(list(zip(*read.removed)), schema=READ_REMOVED_SCHEMA))
         runs[0].stats["docs_in"] = runs[0].stats["docs_out"] + sum(read.dropped.values())
         records = runs[0].stats["docs_in"] if read.records is None else read.records
         if not records:  # an empty file, or not one of this source's kind: a failed shard, never a silent success
@@ -113,7 +122,7 @@ def _open_run(task: SegmentTask, index: int) -> _StageRun:
     run = _StageRun(index, stats)
     if index in task.writes:
         run.part = ParquetPartWriter(task.folder.fs, task.folder.part(index, task.shard))
-    if task.keep_removed and index > 0:
+    if task.keep_removed:
         run.removed = ParquetPartWriter(task.folder.fs, task.folder.removed(index, task.shard))
     return run
 

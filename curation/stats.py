@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import fsspec
@@ -16,6 +17,17 @@ if TYPE_CHECKING:  # the runner writes stats without pandas, whose import costs 
 
 STATS = "stats.json"
 SUMMED = ("docs_in", "docs_out", "bytes_in", "bytes_out", "seconds")
+DROP_SAMPLES = 5  # dropped input files named per reason, in a read shard's stats and its stage's (all: --keep-removed)
+
+
+def drop_samples(dropped: Iterable[dict]) -> list[dict]:
+    """The first DROP_SAMPLES of each reason among dropped files ({path, reason, bytes}), in order."""
+    samples, per_reason = [], {}
+    for sample in dropped:
+        per_reason[sample["reason"]] = per_reason.get(sample["reason"], 0) + 1
+        if per_reason[sample["reason"]] <= DROP_SAMPLES:
+            samples.append(sample)
+    return samples
 
 
 def summarize_pass(passes: dict) -> dict:
@@ -44,6 +56,9 @@ def write(fs, root: str, manifest: dict, stage_dirs: list[str]) -> None:
         entry = manifest["stages"].get(stage_dir, {})
         shards = entry.get("shards", {})
         stages.append({"stage": stage_dir, "shards": [shards[key] for key in sorted(shards, key=int)]})
+        samples = drop_samples(sample for shard in stages[-1]["shards"] for sample in shard.get("drop_samples", []))
+        if samples:  # the read stage's dropped files, merged over its shards
+            stages[-1]["drop_samples"] = samples
         if "passes" in entry or "pass_stats" in entry:
             stages[-1]["pass"] = entry.get("pass_stats") or summarize_pass(entry["passes"])
     write_json_atomic(fs, f"{root}/{STATS}", {"recipe": manifest.get("recipe", {}).get("name"), "stages": stages})

@@ -30,8 +30,9 @@ import pyarrow.parquet as pq
 
 from curation.io import read_json, remove_temporaries, write_json_atomic, write_parquet_atomic, write_text_atomic
 from curation.pyarrow_without_pandas import spare_workers_pandas
-from curation.run_folder import final_stage_dir
+from curation.run_folder import LOCK_FILE, final_stage_dir, part_name
 from shard_contract import EOS_TOKEN as EOS
+from shard_contract import folder_lock
 from shard_contract import FILE_SEP_TOKEN, PART_STATS_DIR, REPO_NAME_TOKEN, SHARDS_KEY, SPLIT_COLUMN, STATS_FILE, TOKEN_SCHEMA, TOKENIZER_FILE, TRAIN, VALIDATION, file_digest, held_out
 
 METADATA_COLUMNS = ("bucket", "quality_score", "language", "repository", "repo_has_tests")
@@ -74,11 +75,19 @@ def listed_parts(run_dir: str) -> list[Part]:
         raise FileNotFoundError(f"{run_dir} has no manifest.json: is it the output folder of `curate run`?")
     done = read_json(fs, manifest)
     last = final_stage_dir(done, run_dir)
-    finished, shards = len(done["stages"].get(last, {}).get("shards", {})), len(done.get("inputs", []))
+    recorded = done["stages"].get(last, {}).get("shards", {})
+    shards = len(done.get("inputs", []))
     listing = fs.glob(f"{root.rstrip('/')}/{last}/part-*.parquet", detail=True)
-    if not listing or finished < shards:
-        raise FileNotFoundError(f"{run_dir}/{last}: {finished} of {shards} shards finished: rerun `curate run` to finish it")
-    return [Part(run_dir, path, int(info["size"]), _version(info)) for path, info in sorted(listing.items())]
+    if not listing or len(recorded) < shards:
+        raise FileNotFoundError(f"{run_dir}/{last}: {len(recorded)} of {shards} shards finished: rerun `curate run` to finish it")
+    found = {Path(path).name: (path, info) for path, info in listing.items()}
+    missing = sorted(name for name in map(part_name, map(int, recorded)) if name not in found)
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise FileNotFoundError(f"{run_dir}/{last}: {len(missing)} of the {len(recorded)} parts its manifest.json lists "
+                                f"finished are missing ({shown}): rerun `curate run` with the same arguments to write them again")  # fmt: skip
+    listed = sorted(part_name(int(shard)) for shard in recorded)  # a part the manifest does not list is not the run's
+    return [Part(run_dir, found[name][0], int(found[name][1]["size"]), _version(found[name][1])) for name in listed]
 
 
 def _version(info: dict) -> str:
@@ -192,25 +201,68 @@ def tokenizer_sha(tokenizer) -> str:
     return hashlib.sha256(tokenizer.to_str().encode("utf-8")).hexdigest()
 
 
-def trained_or_reused(parts: list[Part], tokens_dirs: list[tuple], vocab_size: int, sample_bytes: int, seed: int):
-    """(tokenizer, how, sample record): the tokenizer the first run's tokens/ holds when its sample record matches this
-    sample plan (a resumed run keeps its tokenizer instead of relying on retraining being deterministic), else one
-    trained on the sample. Nothing is written here: `prepare` deletes stats.json before it saves a new tokenizer."""
-    from tokenizers import Tokenizer
-
+def trained_or_reused(parts: list[Part], tokens_dirs: dict[str, tuple], vocab_size: int, sample_bytes: int, seed: int,
+                      retrain: bool = False):  # fmt: skip
+    """(tokenizer, how, sample record, runs to tokenize again): the tokenizer a run's tokens/ holds when its sample
+    record matches this sample plan (a resumed run keeps its tokenizer instead of relying on retraining being
+    deterministic); else the tokenizer these runs hold when the tokens of other runs were made with it too (a later
+    `curate tokenize A` after a joint `curate tokenize A B C` must not leave B and C on another vocabulary), unless
+    `retrain`, which names those other runs; else one trained on the sample. Nothing is written here: `prepare` deletes
+    stats.json before it saves a new tokenizer."""
     plan = sample_plan(parts, text_sizes(parts), sample_bytes, seed, vocab_size)
-    fs, out = tokens_dirs[0]
-    if fs.exists(f"{out}/{SAMPLE_FILE}") and fs.exists(f"{out}/{TOKENIZER_FILE}"):
-        record = read_json(fs, f"{out}/{SAMPLE_FILE}")
-        with fs.open(f"{out}/{TOKENIZER_FILE}", "r") as handle:
-            tokenizer = Tokenizer.from_str(handle.read())
+    held = _held_tokenizers(tokens_dirs)
+    for run_dir, (tokenizer, record) in held.items():
         if record.get("plan") == plan and record.get("tokenizer_sha256") == tokenizer_sha(tokenizer):
-            return tokenizer, f"reused {SAMPLE_FILE} ({record['bytes']:,} bytes, {record['documents']:,} documents)", record
-    record = {"plan": plan}
+            return tokenizer, f"reused {SAMPLE_FILE} ({record['bytes']:,} bytes, {record['documents']:,} documents)", record, []
+    shared = {run_dir: _sharers(tokenizer, record, tokens_dirs) for run_dir, (tokenizer, record) in held.items()}
+    keep = {run_dir: sharers for run_dir, sharers in shared.items() if sharers or not held[run_dir][1]}
+    if keep and not retrain:
+        if len({tokenizer_sha(held[run_dir][0]) for run_dir in keep}) > 1:
+            raise ValueError(f"{' and '.join(keep)} hold different tokenizers, each used by other tokens: pass "
+                             "--tokenizer FILE to choose one, or --retrain-tokenizer to train a new one over these runs")  # fmt: skip
+        run_dir, sharers = next(iter(keep.items()))
+        tokenizer, record = held[run_dir]
+        why = f"the tokens of {', '.join(sharers)} were made with it too" if sharers else "it was given with --tokenizer"
+        how = (f"kept {run_dir}/{TOKENS_DIR}/{TOKENIZER_FILE} (vocabulary {tokenizer.get_vocab_size():,}): {why}; "
+               "--retrain-tokenizer trains a new one over these runs only")  # fmt: skip
+        return tokenizer, how, record or None, []
+    record = {"plan": plan, "run_paths": sorted(_absolute(run_dir) for run_dir in tokens_dirs)}
     started = time.perf_counter()
     tokenizer = train_tokenizer(sample_texts(plan, record), vocab_size)
     record.update(tokenizer_sha256=tokenizer_sha(tokenizer), seconds=round(time.perf_counter() - started, 2))
-    return tokenizer, f"trained on {record['bytes']:,} bytes, {record['documents']:,} documents ({SAMPLE_FILE})", record
+    retokenize = sorted({run for sharers in shared.values() for run in sharers})
+    return tokenizer, f"trained on {record['bytes']:,} bytes, {record['documents']:,} documents ({SAMPLE_FILE})", record, retokenize
+
+
+def _absolute(run_dir: str) -> str:
+    return run_dir.rstrip("/") if "://" in run_dir else os.path.abspath(run_dir)
+
+
+def _held_tokenizers(tokens_dirs: dict[str, tuple]) -> dict[str, tuple]:
+    """run -> (tokenizer, sample record) for the runs whose tokens/ holds a tokenizer (record {} when it has none)."""
+    from tokenizers import Tokenizer
+
+    held = {}
+    for run_dir, (fs, out) in tokens_dirs.items():
+        if fs.exists(f"{out}/{TOKENIZER_FILE}"):
+            with fs.open(f"{out}/{TOKENIZER_FILE}", "r") as handle:
+                tokenizer = Tokenizer.from_str(handle.read())
+            held[run_dir] = (tokenizer, read_json(fs, f"{out}/{SAMPLE_FILE}") if fs.exists(f"{out}/{SAMPLE_FILE}") else {})
+    return held
+
+
+def _sharers(tokenizer, record: dict, tokens_dirs: dict[str, tuple]) -> list[str]:
+    """The runs outside this command that the tokenizer was trained with (its sample record names them) and whose
+    tokens/ still holds it: replacing it would leave their tokens on another vocabulary than these runs'."""
+    here = {_absolute(run_dir) for run_dir in tokens_dirs}
+    named = record.get("run_paths") or [_absolute(run) for run, _, _ in record.get("plan", {}).get("reads", [])]
+    text, sharers = tokenizer.to_str(), []
+    for run_dir in sorted(set(named) - here):
+        fs, root = fsspec.core.url_to_fs(run_dir, use_listings_cache=False)
+        path = f"{root.rstrip('/')}/{TOKENS_DIR}/{TOKENIZER_FILE}"
+        if fs.exists(path) and fs.cat_file(path).decode("utf-8") == text:
+            sharers.append(run_dir)
+    return sharers
 
 
 @dataclass(frozen=True)
@@ -246,8 +298,11 @@ class PartTask:
             stats = read_json(fs, self.stats_path)
         except (OSError, json.JSONDecodeError):
             return None
-        written = stats.get("shard", {}).get("bytes")
-        return stats if self.matches(stats) and fs.size(self.token_path) == written else None
+        recorded = stats.get("shard", {})
+        if not self.matches(stats) or fs.size(self.token_path) != recorded.get("bytes"):
+            return None
+        with fs.open(self.token_path, "rb") as handle:  # a part changed in place (a flipped byte) is redone, not kept
+            return stats if file_digest(handle)[1] == recorded.get("sha256") else None
 
 
 _LOADED: dict[str, object] = {}  # sha256 -> tokenizer: the one a worker process last loaded
@@ -350,10 +405,11 @@ class TokenizeResult:
     skipped: int = 0  # parts already done
     removed: list[str] = field(default_factory=list)  # token parts of inputs the run no longer has, deleted
     failures: list[str] = field(default_factory=list)  # one line per failed part
+    retokenize: list[str] = field(default_factory=list)  # other runs made with the tokenizer --retrain-tokenizer replaced
 
 
 def prepare(parts: dict[str, list[Part]], tokenizer_path: str | None, vocab_size: int, validation_fraction: float,
-            sample_bytes: int = SAMPLE_BYTES, seed: int = SAMPLE_SEED) -> tuple[list[PartTask], dict, TokenizeResult, object]:  # fmt: skip
+            sample_bytes: int = SAMPLE_BYTES, seed: int = SAMPLE_SEED, retrain: bool = False) -> tuple[list[PartTask], dict, TokenizeResult, object]:  # fmt: skip
     """The tokenizer given, reused or trained; the parts' tasks and the stats of those already done. Per run, in this
     order, so a run killed at any point is never taken as finished: stats.json is deleted when the tokenizer changes or
     any part is to be (re)done; then the token parts and part stats to redo, and those of inputs the run no longer has
@@ -364,16 +420,16 @@ def prepare(parts: dict[str, list[Part]], tokenizer_path: str | None, vocab_size
     for run_dir in parts:
         fs, root = fsspec.core.url_to_fs(run_dir, use_listings_cache=False)
         tokens_dirs[run_dir] = (fs, f"{root.rstrip('/')}/{TOKENS_DIR}")
-    record = None  # the sample record of a trained or reused tokenizer
+    record, retokenize = None, []  # the sample record of a trained or reused tokenizer; runs it leaves behind
     if tokenizer_path:
         tokenizer, how = Tokenizer.from_file(tokenizer_path), f"given ({tokenizer_path})"
         if tokenizer.token_to_id(EOS) is None:
             raise ValueError(f"tokenizer {tokenizer_path} has no {EOS} token to separate documents")
     else:
         every = [part for run_parts in parts.values() for part in run_parts]
-        tokenizer, how, record = trained_or_reused(every, list(tokens_dirs.values()), vocab_size, sample_bytes, seed)
+        tokenizer, how, record, retokenize = trained_or_reused(every, tokens_dirs, vocab_size, sample_bytes, seed, retrain)
     sha, text = tokenizer_sha(tokenizer), tokenizer.to_str()
-    result = TokenizeResult(how)
+    result = TokenizeResult(how, retokenize=retokenize)
     tasks, done = [], {}
     for run_dir, run_parts in parts.items():
         fs, out = tokens_dirs[run_dir]
@@ -385,7 +441,8 @@ def prepare(parts: dict[str, list[Part]], tokenizer_path: str | None, vocab_size
         stale = [path for path in written if f"{Path(path).stem}.parquet" not in current]
         run_tasks = [PartTask(fs, part, out, f"{out}/{TOKENIZER_FILE}", sha, validation_fraction) for part in run_parts]
         tasks += run_tasks
-        done.update((task, stats) for task in run_tasks if (stats := task.finished()))
+        with ThreadPoolExecutor(max_workers=8) as pool:  # each finished part's sha256 is checked: reads in parallel
+            done.update((task, stats) for task, stats in zip(run_tasks, pool.map(PartTask.finished, run_tasks)) if stats)
         redo = [path for task in run_tasks if task not in done for path in (task.stats_path, task.token_path)]
         if fs.exists(f"{out}/{STATS_FILE}") and (not saved or stale or redo):
             fs.rm(f"{out}/{STATS_FILE}")  # first: until it is written again the run is not finished
@@ -396,7 +453,7 @@ def prepare(parts: dict[str, list[Part]], tokenizer_path: str | None, vocab_size
             write_text_atomic(fs, f"{out}/{TOKENIZER_FILE}", text)
         if record is not None and (not fs.exists(f"{out}/{SAMPLE_FILE}") or read_json(fs, f"{out}/{SAMPLE_FILE}") != record):
             write_json_atomic(fs, f"{out}/{SAMPLE_FILE}", record)  # after the tokenizer: a record always names a saved one
-        elif tokenizer_path and fs.exists(f"{out}/{SAMPLE_FILE}"):
+        elif record is None and fs.exists(f"{out}/{SAMPLE_FILE}"):
             fs.rm(f"{out}/{SAMPLE_FILE}")  # it describes a tokenizer this run no longer uses
     result.skipped = len(done)
     return tasks, done, result, tokenizer
@@ -417,7 +474,7 @@ def finish(tasks: list[PartTask], done: dict[PartTask, dict], result: TokenizeRe
 def tokenize_runs(run_dirs: list[str], tokenizer_path: str | None = None, vocab_size: int = 8192,
                   validation_fraction: float = VALIDATION_FRACTION, sample_bytes: int = SAMPLE_BYTES,
                   seed: int = SAMPLE_SEED, ray_address: str | None = None, num_cpus: int | None = None,
-                  on_part=None, on_start=None) -> TokenizeResult:  # fmt: skip
+                  on_part=None, on_start=None, retrain_tokenizer: bool = False) -> TokenizeResult:  # fmt: skip
     """Tokenize several runs with ONE tokenizer (a mixture's sources must share it): the given one, or a byte-level
     BPE trained on a sample of the curated text of all of them (held-out documents included: a tokenizer is not trained
     on the loss), one Ray task per part. `on_start(tasks_per_run)` once the work is known; `on_part(run, stats)` per
@@ -426,20 +483,30 @@ def tokenize_runs(run_dirs: list[str], tokenizer_path: str | None = None, vocab_
 
     if not 0 <= validation_fraction < 1:
         raise ValueError(f"--validation-fraction {validation_fraction} is not in [0, 1)")
-    parts = {run_dir: listed_parts(run_dir) for run_dir in run_dirs}  # every run checked before any work
-    first = run_dirs[0] if "://" in run_dirs[0] else os.path.abspath(run_dirs[0])
-    owner = f"tokenize:{first}"  # not the run folder `curate run` records its Ray under: cleaning up ours never stops it
-    started = ray_session.connect(ray_address, num_cpus, owner=owner)  # stops a killed tokenize's workers before
-    try:  # `prepare` decides what is done: none of them writes a part afterwards
-        tasks, done, result, tokenizer = prepare(parts, tokenizer_path, vocab_size, validation_fraction, sample_bytes, seed)
-        if on_start:
-            on_start(Counter(task.part.run for task in tasks))
-        for task in list(done) if on_part else []:
-            on_part(task.part.run, None)
-        _run_tasks([task for task in tasks if task not in done], done, result, on_part)
+    for run_dir in run_dirs:  # every run checked before any is locked or written
+        listed_parts(run_dir)
+    locks = {}
+    try:  # no `curate run` rewrites a run's parts, and no other tokenize its tokens/, while this one reads and writes
+        for run_dir in run_dirs:
+            locks[run_dir] = folder_lock.acquire(run_dir, LOCK_FILE, "curate tokenize")
+        parts = {run_dir: listed_parts(run_dir) for run_dir in run_dirs}  # as they are now that no one else writes
+        first = run_dirs[0] if "://" in run_dirs[0] else os.path.abspath(run_dirs[0])
+        owner = f"tokenize:{first}"  # not the run folder `curate run` records its Ray under: cleaning up ours never stops it
+        started = ray_session.connect(ray_address, num_cpus, owner=owner)  # stops a killed tokenize's workers before
+        try:  # `prepare` decides what is done: none of them writes a part afterwards
+            tasks, done, result, tokenizer = prepare(parts, tokenizer_path, vocab_size, validation_fraction, sample_bytes,
+                                                     seed, retrain_tokenizer)  # fmt: skip
+            if on_start:
+                on_start(Counter(task.part.run for task in tasks))
+            for task in list(done) if on_part else []:
+                on_part(task.part.run, None)
+            _run_tasks([task for task in tasks if task not in done], done, result, on_part)
+        finally:
+            ray_session.disconnect(started, owner=owner)
+        finish(tasks, done, result, tokenizer, validation_fraction)
     finally:
-        ray_session.disconnect(started, owner=owner)
-    finish(tasks, done, result, tokenizer, validation_fraction)
+        for run_dir, lock in locks.items():
+            folder_lock.release(run_dir, lock)
     return result
 
 

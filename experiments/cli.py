@@ -88,8 +88,9 @@ def cmd_ablate(args) -> int:
         return 2
 
     def curate(recipe, inputs: list[str], output: str, snapshot: str) -> None:
-        result = runner.run(recipe, inputs, output, snapshot, materialize_all=True, ray_address=args.ray_address,
-                            num_cpus=args.num_cpus)  # fmt: skip
+        # every stage's parts are the ablation's inputs: kept, unredacted, in its own experiment folder
+        result = runner.run(recipe, inputs, output, snapshot, materialize_all=True, keep_intermediate=True,
+                            ray_address=args.ray_address, num_cpus=args.num_cpus)  # fmt: skip
         if result.failures:
             raise RuntimeError(f"curating {recipe.name}: {len(result.failures)} shard(s) failed, e.g. {result.failures[0].error}")
         if result.skipped_shards:

@@ -20,6 +20,16 @@ class StageParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# Counts per type (PII entities, secret kinds) as a list of structs, sorted by type: an Arrow map would be read by
+# pandas, DuckDB and Spark, but Hugging Face `datasets` has no type for it and refuses the whole file.
+COUNTS_BY_TYPE = pa.list_(pa.struct([("type", pa.string()), ("count", pa.int32())]))
+
+
+def counts_by_type(found: dict[str, int]) -> list[dict]:
+    """A COUNTS_BY_TYPE value."""
+    return [{"type": kind, "count": count} for kind, count in sorted(found.items())]
+
+
 @dataclass
 class StageResult:
     kept: pa.Table
@@ -49,6 +59,9 @@ class Stage:
     per_document: ClassVar[bool] = True
     report_name: ClassVar[str | None] = None  # a stage whose stats carry "report" rows: the runner writes OUT/<name>.parquet
     report_schema: ClassVar[pa.Schema | None] = None
+    # it replaces text that must not be kept (secrets, PII): a part written before it still holds that text, so the
+    # runner deletes such parts once the run is finished
+    redacts: ClassVar[bool] = False
 
     def __init__(self, params: StageParams | None = None):
         self.params = params if params is not None else self.Params()

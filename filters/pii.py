@@ -16,7 +16,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from filters.bare_spacy import bare_spacy
-from filters.base import Annotation, Stage, StageParams
+from filters.base import COUNTS_BY_TYPE, Annotation, Stage, StageParams, counts_by_type
 
 PATTERN_ENTITIES = ["EMAIL_ADDRESS", "PHONE_NUMBER", "IP_ADDRESS", "CREDIT_CARD", "IBAN_CODE", "US_SSN"]
 NER_ENTITIES = ["PERSON", "LOCATION"]
@@ -183,7 +183,8 @@ def windows(text: str, limit: int) -> list[tuple[int, int]]:
 class PiiScrubber(Stage):
     name = "pii"
     Params = PiiParams
-    adds = {"text": pa.string(), "pii_counts": pa.map_(pa.string(), pa.int32())}
+    adds = {"text": pa.string(), "pii_counts": COUNTS_BY_TYPE}
+    redacts = True
 
     def setup(self) -> None:
         with bare_spacy():  # Presidio's transformers engine is never used here
@@ -252,7 +253,7 @@ class PiiScrubber(Stage):
         for text, language in zip(table["text"].to_pylist(), languages):
             scrubbed, found = self.scrub(text or "", language in (None, "en"))
             texts.append(scrubbed if text is not None else None)
-            counts.append(sorted(found.items()))
+            counts.append(counts_by_type(found))
             spans.update(found)
             docs.update(found.keys())
             if found and len(samples) < SAMPLES_PER_SHARD:

@@ -8,9 +8,10 @@ process: a plugin's regexes screen the whole file once and the plugin reads only
 and high-entropy plugins are left out (on real code they flag hashes and test data), and so are its default filters
 (they drop every finding on a line that assigns a call: `client = Client(key="AKIA...")`). Our own rules add what
 its plugins miss or over-flag: Google API keys, fine-grained GitHub tokens, private-key blocks across lines, passwords
-in connection strings, and values assigned to secret-ish names (`password = ...`, `api_key: ...`), a password only
-when it is not a word or a template, a key only when it is long and high-entropy. Unquoted values count only in config-like files
-(YAML, INI, .env, shell), where they are values; in code a bare right-hand side is an expression.
+in connection strings (anything there but a template, a placeholder or the user name again: a word too), and values
+assigned to secret-ish names (`password = ...`, `api_key: ...`), a password only when it is not a word or a template,
+a key only when it is long and high-entropy. Unquoted values count only in config-like files (YAML, INI, .env,
+shell), where they are values; in code a bare right-hand side is an expression.
 """
 
 import math
@@ -21,7 +22,7 @@ from pathlib import PurePosixPath
 import pyarrow as pa
 from pydantic import Field
 
-from filters.base import Annotation, Stage, StageParams
+from filters.base import COUNTS_BY_TYPE, Annotation, Stage, StageParams, counts_by_type
 
 KEY, PASSWORD = "KEY", "PASSWORD"
 # detect-secrets plugins that find values by their format; keyword, entropy and public-IP plugins stay out
@@ -56,7 +57,7 @@ OWN_KEY_FORMATS = {
     "github_fine_grained_token": re.compile(r"github_pat_[0-9A-Za-z_]{82}(?!\w)"),
 }
 SCHEME_SEPARATOR = re.compile("://")
-CONNECTION_PASSWORD = re.compile(r"\b[a-z][a-z0-9+.-]*://[^:@/\s'\"`]*:(?P<value>[^@/\s'\"`]+)@[\w.-]")
+CONNECTION_PASSWORD = re.compile(r"\b[a-z][a-z0-9+.-]*://(?P<user>[^:@/\s'\"`]*):(?P<value>[^@/\s'\"`]+)@[\w.-]")
 QUOTED_ASSIGNMENT = re.compile(
     r"""(?<![\w$])(?P<name>[A-Za-z_$@][\w.$-]{0,127})['"]?\]?\s*(?:=|:=|:|=>)\s*[rbuRBU]?(?P<q>['"`])(?P<value>[^'"`\s\\]{1,512}?)(?P=q)"""
 )
@@ -82,6 +83,8 @@ TEMPLATE = re.compile(r"\{\{|\$\{|\$\(|^\$\w+$|%\(\w+\)[sd]|%[sd]|\{\w*\}|<\w+>|
 # values that name a secret rather than hold one
 PLACEHOLDER_VALUES = {"password", "passwd", "secret", "changeme", "change_me", "none", "null", "nil", "true", "false",
                       "redacted", "hidden", "masked", "required", "optional", "example", "dummy", "placeholder"}  # fmt: skip
+# a value that names a secret instead of holding one (`pass`, `pwd`, `mypassword`, `db_secret`, `apiToken`)
+SECRET_NAME_VALUE = re.compile(r"(?i)pw|[a-z]*[_-]?(?:pass(?:word|wd|phrase)?|pwd|secret|token|key)")
 # a file path (lower-case folders: a random value starting with `/` has upper-case letters between its slashes) or URL
 PATH_OR_URL = re.compile(r"(?:~|\.{1,2})?/(?:[a-z0-9_.-]+/)+[\w.-]*$|https?:")
 KEY_CHARS = re.compile(r"[A-Za-z0-9+/=_\-.:~]{16,512}")
@@ -120,6 +123,19 @@ def looks_like_password(value: str, min_length: int) -> bool:
         and value.lower() not in PLACEHOLDER_VALUES
         and len(set(value)) > 2
         and not PATH_OR_URL.match(value)
+    )
+
+
+def looks_like_url_password(value: str, user: str) -> bool:
+    """In a URL's password position a value names no field, so letters alone are a password too: only a template, a
+    placeholder (`password`, `changeme`, `xxx`, a secret's name) or the user name again (`guest:guest`, a default)
+    is not."""
+    return not (
+        TEMPLATE.search(value)
+        or value.lower() in PLACEHOLDER_VALUES
+        or len(set(value)) <= 2
+        or SECRET_NAME_VALUE.fullmatch(value)
+        or value == user
     )
 
 
@@ -186,7 +202,8 @@ def unquoted_values(language: str | None, path: str | None) -> bool:
 class SecretsRedactor(Stage):
     name = "secrets"
     Params = SecretsParams
-    adds = {"text": pa.string(), "secret_counts": pa.map_(pa.string(), pa.int32())}
+    adds = {"text": pa.string(), "secret_counts": COUNTS_BY_TYPE}
+    redacts = True
 
     def setup(self) -> None:
         from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
@@ -218,8 +235,7 @@ class SecretsRedactor(Stage):
             spans += [(m.start(), m.end(), KEY, detector) for m in pattern.finditer(text)]
         for start, end in lines_with(SCHEME_SEPARATOR, text):
             for m in CONNECTION_PASSWORD.finditer(text, start, end):
-                value = m["value"]
-                if looks_like_password(value, 1) or looks_like_key(value, params.min_key_length, params.min_key_entropy):
+                if looks_like_url_password(m["value"], m["user"]):
                     spans.append((m.start("value"), m.end("value"), PASSWORD, "connection_string"))
         patterns = (QUOTED_ASSIGNMENT, UNQUOTED_ASSIGNMENT) if unquoted else (QUOTED_ASSIGNMENT,)
         lowered = text.lower()  # a case-insensitive regex is 20x slower; lower() keeps offsets unless a letter grows
@@ -266,7 +282,7 @@ class SecretsRedactor(Stage):
         for text, language, path in zip(table["text"].to_pylist(), column("language"), column("path")):
             redacted, found, by_detector = self.redact(text or "", language, path)
             texts.append(redacted if text is not None else None)
-            counts.append(sorted(found.items()))
+            counts.append(counts_by_type(found))
             reasons.append("secrets" if found and self.params.drop_documents_with_secrets else None)
             spans.update(found)
             docs.update(found.keys())

@@ -4,6 +4,7 @@ import argparse
 import base64
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -17,12 +18,14 @@ import pytest
 import yaml
 
 from curation.recipe import load_recipe
-from curation.sources.code_repositories import CodeReader, default_inputs, stdlib_inputs
+from curation.sources.code_repositories import CodeReader, default_inputs, repository_name, stdlib_inputs
+from curation.sources.local_files import decode
 from filters.code_filters import CodeFilters
 from filters.code_language import CodeLanguage
 from filters.code_signals import CodeSignals
 from filters.repository_documents import RepositoryDocuments, repository_document, split_repository_document
 from shard_contract import FILE_SEP_TOKEN, REPO_NAME_TOKEN
+from tests.test_output_readers import load_every_parquet_folder
 
 GOOD = "import os\n\n\ndef main():\n    return os.getcwd()\n"
 
@@ -60,7 +63,7 @@ def test_data_languages_and_the_test_signal():
 
 
 def test_reader_counts_what_is_not_a_document(tmp_path):
-    repo = tmp_path / "proj"
+    repo = tmp_path / "org" / "proj"
     (repo / "pkg" / "__pycache__").mkdir(parents=True)
     (repo / ".hg").mkdir()
     (repo / "node_modules" / "left-pad").mkdir(parents=True)
@@ -70,7 +73,8 @@ def test_reader_counts_what_is_not_a_document(tmp_path):
     (repo / "node_modules" / "left-pad" / "index.js").write_text("module.exports = 1;\n")
     (repo / "logo.png").write_bytes(b"\x89PNG\r\n\x00")
     (repo / "blob.py").write_bytes(b"x = 1\x00\x00\x00")
-    (repo / "latin.py").write_bytes("s = 'caf\xe9'\n".encode("latin-1"))
+    (repo / "latin.py").write_bytes("s = 'caf\xe9'\n".encode("latin-1"))  # a detected charset: a document
+    (repo / "noise.dat").write_bytes(bytes(range(1, 256)) * 4)  # no NUL byte, no charset: undecodable
     (repo / "huge.py").write_text("x = 1\n" * 300_000)
     (repo / "gone.py").symlink_to(tmp_path / "nowhere.py")
     (tmp_path / "outside").mkdir()
@@ -82,16 +86,47 @@ def test_reader_counts_what_is_not_a_document(tmp_path):
     (repo / "LICENSE").write_text("MIT License\n")
     result = CodeReader("local").read(str(repo))
     rows = {row["url"]: row for row in result.table.to_pylist()}
-    assert sorted(rows) == ["proj/LICENSE", "proj/caf\ufffd.py", "proj/pkg/mod.py", "proj/pkg/native.c"]  # no VCS state
-    assert rows["proj/pkg/native.c"]["path"] == "pkg/native.c" and rows["proj/pkg/mod.py"]["source"] == "code"
-    assert {row["repository"] for row in rows.values()} == {"proj"}
+    assert sorted(rows) == ["org/proj/LICENSE", "org/proj/caf\ufffd.py", "org/proj/latin.py", "org/proj/pkg/mod.py",
+                            "org/proj/pkg/native.c"]  # no VCS state  # fmt: skip
+    assert rows["org/proj/pkg/native.c"]["path"] == "pkg/native.c" and rows["org/proj/pkg/mod.py"]["source"] == "code"
+    assert {row["repository"] for row in rows.values()} == {"org/proj"}
+    assert rows["org/proj/latin.py"]["text"] == "s = 'caf\xe9'\n"
     assert result.dropped == {"binary_file": 2, "undecodable": 1, "file_too_large": 1, "not_a_file": 3, "vendored": 1}
-    assert CodeReader("local").read(str(repo / "pkg" / "*.py")).table["url"].to_pylist() == ["pkg/mod.py"]
+    assert sorted((os.path.relpath(path, repo), reason, size) for path, reason, size in result.removed) == [
+        ("blob.py", "binary_file", 8), ("gone.py", "not_a_file", 0), ("huge.py", "file_too_large", 1_800_000),
+        ("inside.py", "not_a_file", 0), ("linked", "not_a_file", 0), ("logo.png", "binary_file", 7),
+        ("node_modules/left-pad/index.js", "vendored", 0), ("noise.dat", "undecodable", 1020),
+    ]  # each by where it is  # fmt: skip
+    assert CodeReader("local").read(str(repo / "pkg" / "*.py")).table["url"].to_pylist() == ["proj/pkg/mod.py"]
     with pytest.raises(FileNotFoundError, match="not a repository folder, archive"):
         CodeReader("local").read(str(tmp_path / "missing"))
     (tmp_path / "br[1]").mkdir()
     (tmp_path / "br[1]" / "a.py").write_text(GOOD)  # a real name that looks like a glob
     assert CodeReader("local").read(str(tmp_path / "br[1]")).table["path"].to_pylist() == ["a.py"]
+
+
+@pytest.mark.parametrize(
+    "text, charset",
+    [
+        ("# vim: set fileencoding=iso-8859-15 :\nprice = '5 \u20ac'\n", "iso-8859-15"),  # declared (detection: cp1252's ¤)
+        ('<?xml version="1.0" encoding="ISO-8859-1"?>\n<a>Gr\xfc\xdfe</a>\n', "latin-1"),
+        ("s = 'caf\xe9 \xfcber'\n", "latin-1"),  # detected
+    ],
+)
+def test_a_file_in_its_declared_or_detected_charset_is_text(text, charset):
+    assert decode(text.encode(charset)) == (text, None)
+    assert decode(bytes(range(1, 256)) * 4) == (None, "undecodable") and decode(b"\xff\xfe x") == (None, "undecodable")
+
+
+def test_two_repositories_of_one_folder_name_stay_apart(tmp_path):
+    """`a/proj` and `b/proj` with the same file: two repositories (as repositories.parquet lists them), urls and ids."""
+    rows = []
+    for owner in ("a", "b"):
+        (tmp_path / owner / "proj").mkdir(parents=True)
+        (tmp_path / owner / "proj" / "main.py").write_text(GOOD)
+        rows += CodeReader("local").read(str(tmp_path / owner / "proj")).table.to_pylist()
+    assert [(row["repository"], row["url"]) for row in rows] == [("a/proj", "a/proj/main.py"), ("b/proj", "b/proj/main.py")]
+    assert rows[0]["id"] != rows[1]["id"]
 
 
 def test_a_git_checkout_is_read_as_git_ls_files(tmp_path):
@@ -115,7 +150,8 @@ def test_a_git_checkout_is_read_as_git_ls_files(tmp_path):
 @pytest.mark.parametrize("kind", ["tar.gz", "zip"])
 def test_archives_of_a_repository(tmp_path, kind):
     files = {"widget-main/README.md": "# widget\n", "widget-main/widget/core.py": GOOD, "widget-main/.git/HEAD": "ref\n"}
-    archive = tmp_path / f"widget.{kind}"
+    (tmp_path / "acme").mkdir()
+    archive = tmp_path / "acme" / f"widget.{kind}"
     if kind == "zip":
         with zipfile.ZipFile(archive, "w") as handle:
             for name, text in files.items():
@@ -130,9 +166,10 @@ def test_archives_of_a_repository(tmp_path, kind):
             link.type, link.linkname = tarfile.SYMTYPE, "widget/core.py"
             handle.addfile(link)
     result = CodeReader("local").read(str(archive))
-    assert result.table["url"].to_pylist() == ["widget/README.md", "widget/widget/core.py"]  # the top folder stripped
+    assert result.table["url"].to_pylist() == ["acme/widget/README.md", "acme/widget/widget/core.py"]  # top folder stripped
     assert result.table["text"].to_pylist()[1] == GOOD
     assert result.dropped == ({"not_a_file": 1} if kind == "tar.gz" else {})
+    assert result.removed == ([(f"{archive}/widget-main/alias.py", "not_a_file", 0)] if kind == "tar.gz" else [])
 
 
 def test_an_installed_distribution_is_a_repository_with_its_license():
@@ -161,6 +198,9 @@ def test_the_stack_parquet_layouts(tmp_path):
     result = CodeReader("stack").read(str(tmp_path / "bin.parquet"))
     assert result.table["text"].to_pylist() == [GOOD]
     assert result.dropped == {"missing_repository": 1, "missing_path": 1, "undecodable": 1}
+    where = str(tmp_path / "bin.parquet")
+    assert result.removed == [(f"{where}#1", "missing_repository", len(GOOD)), (f"{where}#2", "missing_path", len(GOOD)),
+                              (f"{where}#3", "undecodable", 4)]  # fmt: skip
     pq.write_table(pa.table({"content": [GOOD]}), tmp_path / "bad.parquet")
     with pytest.raises(ValueError, match=r"bad.parquet: a code Parquet input needs repository \(one of"):
         CodeReader("stack").read(str(tmp_path / "bad.parquet"))
@@ -298,12 +338,15 @@ def test_curate_run_code_corpus_on_each_input_kind(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     recipe = load_recipe("code-corpus")
     kept = pq.read_table(tmp_path / "run" / f"{len(recipe.stages):02d}_{recipe.stages[-1].stage}").to_pandas()
-    assert set(kept.repository) == {"json", "PyYAML", "tool", "org/lib"} and set(kept.source) == {"code"}
+    assert set(kept.repository) == {repository_name(inputs[0]), "PyYAML", f"{tmp_path.name}/tool", "org/lib"}
+    assert repository_name(inputs[0]).endswith("/json") and set(kept.source) == {"code"}
     assert set(kept.language) == {"Python"} and kept.parses.all()
     assert kept.loc[kept.repository == "org/lib", "stars"].tolist() == [42]
     for index, stage in enumerate(recipe.stages, start=1):
         assert f"{index:02d}_{stage.stage}" in done.stdout
     assert "languages.Python" in done.stdout and "language/not_selected" in done.stdout  # LICENSE files are Text
+    rows = load_every_parquet_folder(tmp_path / "run", tmp_path / "hf")  # secret_counts and pii_counts included
+    assert rows[f"{len(recipe.stages):02d}_{recipe.stages[-1].stage}"] == len(kept)
 
 
 @pytest.mark.slow
@@ -327,7 +370,7 @@ def test_repository_documents_through_curate_run_and_tokenize(tmp_path):
     document = pq.read_table(run / f"{stages:02d}_repository_documents").to_pandas()
     name, files = split_repository_document(document.text[0])
     kept_files = int(load_stats(str(run)).query("stage == '09_decontam'").docs_out.sum())  # what the per-file stages kept
-    assert len(document) == 1 and name == "json" and document.files[0] == len(files) == kept_files > 1
+    assert len(document) == 1 and name == repository_name(json_package) and document.files[0] == len(files) == kept_files > 1
     assert [path for path, _ in files] == sorted(path for path, _ in files) and "repository/merged" in done.stdout
     source = Path(json_package)
     unchanged = [text == (source / path).read_text() for path, text in files]

@@ -4,8 +4,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -40,7 +42,7 @@ def snapshot_files(tmp_path_factory) -> Path:
 def curate_once(snapshot_files: Path, folder: Path, *flags: str) -> Path:
     output = folder / "run"
     curate("run", "fineweb-snapshot", "--input", f"{snapshot_files}/*.warc.gz", "--output", str(output), "--num-cpus", "2",
-           "--keep-removed", *flags)  # fmt: skip
+           "--keep-removed", "--keep-intermediate", *flags)  # fmt: skip
     return output
 
 
@@ -60,7 +62,7 @@ def test_real_warc_slices_end_to_end(tmp_path):
     shared("warc/cc-main-2020-34-sample.warc.gz")
     output = tmp_path / "run"
     done = curate("run", "fineweb-snapshot", "--input", f"{SHARED_DATA}/warc/*.gz", "--output", str(output),
-                  "--num-cpus", "2", "--keep-removed", "--materialize-all")  # fmt: skip
+                  "--num-cpus", "2", "--keep-removed", "--materialize-all", "--keep-intermediate")  # fmt: skip
     assert "Curation funnel" in done.stdout and "03_langid" in done.stdout
     frame = stats.load(str(output))
     read = frame[frame.stage == "00_read"].set_index("input")
@@ -85,20 +87,34 @@ def test_real_warc_slices_end_to_end(tmp_path):
 def test_resume_after_kill_gives_the_uninterrupted_output(snapshot_files, fused_run, tmp_path):
     inputs, whole, resumed = f"{snapshot_files}/*.warc.gz", fused_run, tmp_path / "resumed"
     process = subprocess.Popen(
-        CURATE + ["run", "fineweb-snapshot", "--input", inputs, "--output", str(resumed), "--num-cpus", "1", "--keep-removed"],
+        CURATE + ["run", "fineweb-snapshot", "--input", inputs, "--output", str(resumed), "--num-cpus", "1", "--keep-removed",
+                  "--keep-intermediate"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
-    manifest = resumed / "manifest.json"
+    manifest, lock = resumed / "manifest.json", resumed / "run.lock"
+    deadline = time.time() + 120
+    while not lock.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    other = sorted(snapshot_files.glob("*.warc.gz"))[0]
+    second = subprocess.run(CURATE + ["run", "fineweb-snapshot", "--input", str(other), "--output", str(resumed)],
+                            capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert process.poll() is None, "the first run ended before the second was tried: nothing shows it is refused"
+    assert second.returncode == 2 and second.stderr.strip() == (
+        f"curate: {resumed} is in use by curate run (pid {process.pid} on {socket.gethostname()}): wait for it to finish "
+        f"or stop it; if it is gone, delete {resumed}/run.lock"
+    )  # fmt: skip
     progress = wait_for_progress(process, manifest.read_text, at_least=5)
     assert process.poll() is None, f"the run ended (exit {process.returncode}) before the kill: nothing to resume"
     os.killpg(process.pid, signal.SIGKILL)
     assert process.wait() == -signal.SIGKILL
+    assert json.loads(lock.read_text())["pid"] == process.pid  # the killed run's lock: the rerun takes it over
     finished, total = finished_shards(manifest.read_text), finished_shards((whole / "manifest.json").read_text)
     assert 5 <= progress <= finished < total, f"the kill came at {finished} of {total} stage-shards: not a partial run"
     before = {name: (path.stat().st_mtime_ns, path.stat().st_ino) for name, path in parts(resumed).items()}
     done_before = json.loads(manifest.read_text())["stages"]
 
-    rerun = curate("run", "fineweb-snapshot", "--input", inputs, "--output", str(resumed), "--num-cpus", "2", "--keep-removed")
+    rerun = curate("run", "fineweb-snapshot", "--input", inputs, "--output", str(resumed), "--num-cpus", "2", "--keep-removed",
+                   "--keep-intermediate")  # fmt: skip
     assert f"resumed: {finished} stage-shard(s)" in rerun.stdout
     assert list(parts(resumed)) == list(parts(whole)), "missing, extra or leftover temporary parts"
     for name, path in parts(whole).items():
@@ -121,7 +137,7 @@ def test_changed_stage_reruns_it_and_what_follows_only(snapshot_files, materiali
         (Path(__file__).parents[1] / "curation/recipes/fineweb-snapshot.yaml").read_text().replace("0.65", "0.9")
     )
     rerun = curate("run", str(recipe), "--input", inputs, "--output", str(output), "--num-cpus", "2", "--keep-removed",
-                   "--materialize-all")  # fmt: skip
+                   "--materialize-all", "--keep-intermediate")  # fmt: skip
     assert "resumed: 24 stage-shard(s)" in rerun.stdout
     after = {name: path.stat().st_mtime_ns for name, path in parts(output).items()}
     later = ("03_langid", "04_badwords", "05_heuristics", "06_quality", "07_dedup_exact", "08_minhash", "09_decontam", "10_pii")

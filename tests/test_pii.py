@@ -179,7 +179,7 @@ def test_stage_keeps_every_document_and_counts_per_entity(scrubber):
                       "language": ["en", "de", None]})  # fmt: skip
     result = scrubber.process(table)
     assert result.kept.num_rows == 3 and result.dropped == {}
-    assert result.kept["pii_counts"].to_pylist()[0] == [("EMAIL_ADDRESS", 2)]
+    assert result.kept["pii_counts"].to_pylist()[0] == [{"type": "EMAIL_ADDRESS", "count": 2}]
     assert result.stats["pii_spans"] == {"EMAIL_ADDRESS": 2} and result.stats["pii_documents"] == {"EMAIL_ADDRESS": 1}
     assert result.stats["pii_samples"][0]["after"] == "Mail me: <EMAIL_ADDRESS>, or <EMAIL_ADDRESS>"
 

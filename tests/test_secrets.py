@@ -84,7 +84,7 @@ def test_placeholders_and_counts_per_type(stage):
     assert '"postgresql://app:<PASSWORD>@db.internal:5432/app"' in texts[1] and '"token <KEY>"' in texts[1]
     assert 'password = os.environ["PASSWORD"]' in texts[1] and 'PASSWORD_FIELD = "password"' in texts[1]
     assert texts[2] is None and texts[3] == "x = 1\n"
-    assert result.kept["secret_counts"].to_pylist() == [[("KEY", 1), ("PASSWORD", 1)], [("KEY", 1), ("PASSWORD", 1)], [], []]
+    assert result.kept["secret_counts"].to_pylist() == [[{"type": "KEY", "count": 1}, {"type": "PASSWORD", "count": 1}]] * 2 + [[], []]
     assert result.stats["secret_spans"] == {"KEY": 2, "PASSWORD": 2}
     assert result.stats["secret_documents"] == {"KEY": 2, "PASSWORD": 2}
     assert STAGES["secrets"] is SecretsRedactor
@@ -121,7 +121,7 @@ def test_pii_code_placeholders_leave_versions_and_examples():
     assert scrubbed == source.replace("jane.roe@gmail.com", "<EMAIL>").replace('"52.14.200.7"', '"<IP_ADDRESS>"').replace(
         "2607:f8b0:4005:80a::200e", "<IP_ADDRESS>")  # fmt: skip
     ast.parse(scrubbed)
-    assert result.kept["pii_counts"].to_pylist() == [[("EMAIL_ADDRESS", 1), ("IP_ADDRESS", 2)]]
+    assert result.kept["pii_counts"].to_pylist() == [[{"type": "EMAIL_ADDRESS", "count": 1}, {"type": "IP_ADDRESS", "count": 2}]]
 
 
 @pytest.mark.parametrize(
@@ -143,3 +143,27 @@ def test_pii_code_placeholders_leave_versions_and_examples():
 )
 def test_templates_names_and_hashes_stay(stage, text, language):
     assert stage.redact(text, language)[0] == text
+
+
+@pytest.mark.parametrize(
+    "url, kept",
+    [
+        ("postgresql://admin:KQfrJomvqftIJh@db.internal.example:5432/prod", False),  # letters only: a password still
+        ("amqp://worker:hunter@queue.internal/", False),
+        ("postgresql://user:${DB_PASSWORD}@host/app", True),
+        ("postgresql://user:{password}@host/app", True),
+        ("postgresql://user:<password>@host/app", True),
+        ("postgresql://user:%(password)s@host/app", True),
+        ("postgresql://user:password@host/app", True),
+        ("postgresql://user:changeme@host/app", True),
+        ("postgresql://user:xxx@host/app", True),
+        ("mysql://user:pass@localhost/app", True),
+        ("mongodb://app:myPassword@host/app", True),
+        ("amqp://guest:guest@localhost:5672/", True),  # the user name again: a default, not a secret
+    ],
+)
+def test_a_url_password_is_a_password_unless_a_template_or_placeholder(stage, url, kept):
+    text = f'DATABASE_URL = "{url}"\n'
+    redacted = stage.redact(text, "Python")[0]
+    password = url.split("@")[0].rsplit(":", 1)[1]
+    assert redacted == (text if kept else text.replace(f":{password}@", ":<PASSWORD>@"))

@@ -15,6 +15,7 @@ from curation.cli import main
 from curation.recipe import load_recipe
 from curation.sources import local_files, python_docs
 from curation.sources.text_corpus import TextReader
+from tests.test_output_readers import load_every_parquet_folder
 
 ERRATA = (
     "Errata for the second edition of this manual are collected by the editors, who read every report and answer "
@@ -37,17 +38,25 @@ def test_every_format_becomes_documents_and_every_bad_file_is_counted(tmp_path):
     pq.write_table(pa.table({"text": ["Row one.", None, "Row three."]}), tmp_path / "rows.parquet")
     pq.write_table(pa.table({"body": ["no text column"]}), tmp_path / "other.parquet")
     (tmp_path / "corrupt.parquet").write_bytes(b"PAR1 this is not parquet")
-    (tmp_path / "latin.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
+    (tmp_path / "latin.txt").write_bytes("caf\xe9 au lait, s\xfc\xdf".encode("latin-1"))  # a detected charset
+    (tmp_path / "noise.md").write_bytes(bytes(range(1, 256)) * 4)  # no NUL byte, no charset: undecodable
     (tmp_path / "blob.txt").write_bytes(b"\x00\x01\x02")
     (tmp_path / "empty.md").write_text("\n\n")
     (tmp_path / "paper.pdf").write_bytes(b"%PDF-1.7")
     result = TextReader("local").read(str(tmp_path))
     rows = {row["url"]: row for row in result.table.to_pylist()}
-    assert sorted(rows) == ["book.txt", "https://example.org/r1", "more.jsonl.gz#0", "papers/notes.md",
+    assert sorted(rows) == ["book.txt", "https://example.org/r1", "latin.txt", "more.jsonl.gz#0", "papers/notes.md",
                             "records.jsonl#4", "rows.parquet#0", "rows.parquet#2"]  # fmt: skip
+    assert rows["latin.txt"]["text"] == "caf\xe9 au lait, s\xfc\xdf"
     assert rows["https://example.org/r1"]["id"] == "r1" and rows["papers/notes.md"]["warc_file"] == "papers/notes.md"
     assert {row["source"] for row in rows.values()} == {"rest"} and rows["book.txt"]["text"] == PROSE
     assert result.dropped == {"bad_json": 2, "empty_text": 3, "bad_parquet": 2, "undecodable": 1, "binary_file": 1, "not_text": 1}
+    assert sorted((os.path.relpath(path, tmp_path), reason, size) for path, reason, size in result.removed) == [
+        ("blob.txt", "binary_file", 3), ("corrupt.parquet", "bad_parquet", 24), ("empty.md", "empty_text", 2),
+        ("noise.md", "undecodable", 1020), ("other.parquet", "bad_parquet", (tmp_path / "other.parquet").stat().st_size),
+        ("paper.pdf", "not_text", 8), ("records.jsonl#1", "bad_json", 9), ("records.jsonl#2", "bad_json", 20),
+        ("records.jsonl#3", "empty_text", 3), ("rows.parquet#1", "empty_text", 0),
+    ]  # which file (or record of one) each drop was, and its bytes  # fmt: skip
     assert result.bytes_in == sum(f.stat().st_size for f in tmp_path.rglob("*") if f.is_file() and f.suffix != ".pdf")
     again = TextReader("local").read(str(tmp_path))
     assert again.table["id"].to_pylist() == result.table["id"].to_pylist() and again.sha256 == result.sha256
@@ -55,6 +64,17 @@ def test_every_format_becomes_documents_and_every_bad_file_is_counted(tmp_path):
     assert single["url"].to_pylist() == ["book.txt"] and single["id"].to_pylist() == [rows["book.txt"]["id"]]
     with pytest.raises(FileNotFoundError, match="does not exist"):
         TextReader("local").read(str(tmp_path / "missing"))
+
+
+def test_a_latin_1_file_name_is_a_url_and_a_listed_drop(tmp_path):
+    """Bytes of a name that are not UTF-8 become U+FFFD, as the code reader names files: one name fails no shard."""
+    with open(os.fsencode(tmp_path) + b"/caf\xe9.txt", "wb") as handle:
+        handle.write(PROSE.encode())
+    with open(os.fsencode(tmp_path) + b"/blob\xe9.txt", "wb") as handle:
+        handle.write(b"\x00")
+    result = TextReader("local").read(str(tmp_path))
+    assert result.table["url"].to_pylist() == ["caf\ufffd.txt"]
+    assert result.removed == [(f"{tmp_path}/blob\ufffd.txt", "binary_file", 1)]
 
 
 def test_a_file_over_the_limit_is_counted_without_being_read(tmp_path, monkeypatch):
@@ -105,12 +125,20 @@ def test_curate_run_text_corpus_on_a_folder(tmp_path):
     (folder / "copy.txt").write_bytes(open(f"{docs}/{topics[0]}", "rb").read())  # an exact duplicate
     (folder / "errata.md").write_text(ERRATA)
     (folder / "bad.jsonl").write_text("{oops\n")
+    (folder / "blob.txt").write_bytes(b"\x00\x01")
     output = str(tmp_path / "run")
-    assert main(["run", "text-corpus", "--input", str(folder), "--output", output, "--num-cpus", "1"]) == 0
+    assert main(["run", "text-corpus", "--input", str(folder), "--output", output, "--num-cpus", "1", "--keep-removed"]) == 0
     funnel = stats.funnel(stats.load(output))
-    assert funnel.loc["00_read", "docs_in"] == len(topics) + 3 and funnel.loc["00_read", "dropped_bad_json"] == 1
+    assert funnel.loc["00_read", "docs_in"] == len(topics) + 4 and funnel.loc["00_read", "dropped_bad_json"] == 1
+    where = os.path.realpath(folder)  # as the CLI resolves it
+    dropped = [(f"{where}/bad.jsonl#0", "bad_json", 5), (f"{where}/blob.txt", "binary_file", 2)]
+    with open(f"{output}/stats.json") as handle:
+        read = json.load(handle)["stages"][0]
+    assert [(sample["path"], sample["reason"], sample["bytes"]) for sample in read["drop_samples"]] == dropped
+    assert [tuple(row.values()) for row in pq.read_table(f"{output}/removed/00_read").to_pylist()] == dropped
     assert funnel.loc["03_dedup_exact", "docs_in"] - funnel.loc["03_dedup_exact", "docs_out"] >= 1
     kept = pq.read_table(f"{output}/05_pii").to_pandas()
+    assert load_every_parquet_folder(tmp_path / "run", tmp_path / "hf")["05_pii"] == len(kept)
     assert len(kept) >= len(topics) // 2 and set(kept.source) == {"rest"}
     errata = kept[kept.url == "errata.md"].text.item()
     assert "email@example.com" in errata and "jane.doe" not in errata

@@ -87,8 +87,7 @@ def test_train_refuses_a_shard_changed_truncated_or_added_after_tokenize(tmp_pat
 
     from training.mixture import MixtureError, load_mixture
 
-    run = curated_run(tmp_path / "web", "web", [f"document number {i} about rivers and hills" for i in range(40)])
-    (tmp_path / "web" / "01_last" / "part-00001.parquet").write_bytes((tmp_path / "web" / "01_last" / "part-00000.parquet").read_bytes())
+    run = curated_run(tmp_path / "web", "web", [f"document number {i} about rivers and hills" for i in range(40)], parts=2)
     assert main(["tokenize", run, "--vocab-size", "600"]) == 0
     tokens = tmp_path / "web" / "tokens"
     shard = tokens / "part-00001.parquet"
@@ -286,3 +285,70 @@ def test_the_sample_plan_names_a_run_one_way_and_changes_with_the_trainer(monkey
     assert sample_plan(parts, sizes, 1000, 0, 300) != before
     assert _version({"etag": '"abc"', "size": 3}) == '"abc"' and _version({"last_modified": "2026-01-01"}) == "2026-01-01"
     assert _version({"size": 3}) == ""
+
+
+def test_tokenize_refuses_a_run_whose_listed_part_is_missing(tmp_path, capsys):
+    """The manifest lists every finished part of the final stage: tokenizing what is left would say 'done' on less."""
+    run = curated_run(tmp_path / "web", "web", prose(1), parts=3)
+    (tmp_path / "web" / "01_last" / "part-00001.parquet").unlink()
+    assert main(["tokenize", run, "--vocab-size", "300"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "1 of the 3 parts" in error and "part-00001.parquet" in error
+    assert "rerun `curate run`" in error and not (tmp_path / "web" / "tokens").exists()
+
+
+def test_train_refuses_a_token_shard_its_stats_list_but_the_folder_lacks(tmp_path, capsys):
+    from training.mixture import MixtureError, load_mixture
+
+    run = curated_run(tmp_path / "web", "web", prose(1), parts=3)
+    assert main(["tokenize", run, "--vocab-size", "300", "--num-cpus", "1"]) == 0
+    tokens = tmp_path / "web" / "tokens"
+    (tmp_path / "all.yaml").write_text(f"name: all\nsources:\n  web: {{paths: ['{tokens}/part-*.parquet']}}\n")
+    (tmp_path / "two.yaml").write_text(f"name: two\nsources:\n  web: {{paths: ['{tokens}/part-0000[0-1].parquet']}}\n")
+    load_mixture(str(tmp_path / "all.yaml")).check_shards_intact()
+    (tokens / "part-00002.parquet").unlink()
+    with pytest.raises(MixtureError, match=re.escape("1 of the 3 token shards") + ".*part-00002.parquet.*" + re.escape(f"`curate tokenize {tmp_path / 'web'}`")):
+        load_mixture(str(tmp_path / "all.yaml")).check_shards_intact()
+    load_mixture(str(tmp_path / "two.yaml")).check_shards_intact()  # a pattern that never selected it: nothing is missing
+    capsys.readouterr()
+    assert main(["tokenize", run, "--vocab-size", "300", "--num-cpus", "1"]) == 0  # the advice works: the part is written again
+    assert "resumed: 2 part(s)" in capsys.readouterr().out
+    load_mixture(str(tmp_path / "all.yaml")).check_shards_intact()
+
+
+def test_a_token_part_changed_in_place_is_redone_by_the_next_tokenize(tmp_path, capsys):
+    """`train` says to tokenize again; that must redo the part, not skip it because its sidecar still matches."""
+    from training.mixture import MixtureError, load_mixture
+
+    run = curated_run(tmp_path / "web", "web", prose(1), parts=2)
+    assert main(["tokenize", run, "--vocab-size", "300", "--num-cpus", "1"]) == 0
+    shard = tmp_path / "web" / "tokens" / "part-00001.parquet"
+    original = shard.read_bytes()
+    shard.write_bytes(original[:100] + bytes([original[100] ^ 1]) + original[101:])
+    (tmp_path / "mix.yaml").write_text(f"name: m\nsources:\n  web: {{paths: ['{shard.parent}/part-*.parquet']}}\n")
+    with pytest.raises(MixtureError, match=re.escape(f"`curate tokenize {tmp_path / 'web'}` redoes it")):
+        load_mixture(str(tmp_path / "mix.yaml")).check_shards_intact()
+    capsys.readouterr()
+    assert main(["tokenize", run, "--vocab-size", "300", "--num-cpus", "1"]) == 0
+    assert "resumed: 1 part(s)" in capsys.readouterr().out  # the intact one is skipped, the changed one redone
+    assert shard.read_bytes() == original
+    load_mixture(str(tmp_path / "mix.yaml")).check_shards_intact()
+
+
+def test_one_run_tokenized_after_a_joint_tokenize_keeps_the_tokenizer_the_others_share(tmp_path, capsys):
+    runs = {name: curated_run(tmp_path / name, name, prose(1)[i::3]) for i, name in enumerate(("web", "code", "rest"))}
+    assert main(["tokenize", *runs.values(), "--vocab-size", "500", "--num-cpus", "1"]) == 0
+    shared = (tmp_path / "web" / "tokens" / TOKENIZER_FILE).read_text()
+    curated_run(tmp_path / "web", "web", prose(2)[::3])  # the web run curated again: its text changed
+    capsys.readouterr()
+    assert main(["tokenize", runs["web"], "--num-cpus", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "kept" in out and "code" in out and "rest" in out and "--retrain-tokenizer" in out
+    assert (tmp_path / "web" / "tokens" / TOKENIZER_FILE).read_text() == shared
+    assert json.loads((tmp_path / "web" / "tokens" / "stats.json").read_text())["vocab_size"] == Tokenizer.from_str(shared).get_vocab_size()
+
+    assert main(["tokenize", runs["web"], "--retrain-tokenizer", "--vocab-size", "400", "--num-cpus", "1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (tmp_path / "web" / "tokens" / TOKENIZER_FILE).read_text() != shared
+    assert f"{tmp_path / 'code'}, {tmp_path / 'rest'}: tokenized with the tokenizer this replaced" in out
+    assert f"curate tokenize {runs['web']} {tmp_path / 'code'} {tmp_path / 'rest'}" in out

@@ -1,5 +1,7 @@
+import argparse
 import gzip
 import io
+import os
 import zlib
 
 import pyarrow as pa
@@ -188,3 +190,24 @@ def test_warc_file_names_one_input_among_inputs_of_the_same_name(sample_snapshot
                 handle.seek(row["warc_offset"])
                 record, _ = next(iter_records(zlib.decompressobj(zlib.MAX_WBITS | 16).decompress(handle.read())))
             assert record.headers["warc-record-id"] == row["warc_record_id"]
+
+
+def test_input_globs_expand_brackets_and_question_marks(tmp_path):
+    """`part-000[0-3]` and `part-000?` expand as `*` does (fsspec expands only `*`); a file named with brackets is
+    itself; a glob that matches nothing is one line."""
+    from rich.console import Console
+
+    from curation.cli import resolve_inputs
+
+    for name in [f"part-000{i}.warc.gz" for i in range(5)] + ["odd[1].warc.gz"]:
+        (tmp_path / name).write_bytes(b"")
+
+    def inputs(pattern: str) -> list[str]:
+        args = argparse.Namespace(input=[str(tmp_path / pattern)], max_files=None, snapshot=None)
+        return [os.path.basename(path) for path in resolve_inputs(args, Console(quiet=True))[0]]
+
+    assert inputs("part-000[0-3].warc.gz") == [f"part-000{i}.warc.gz" for i in range(4)]
+    assert inputs("part-000?.warc.gz") == inputs("part-*.warc.gz") == [f"part-000{i}.warc.gz" for i in range(5)]
+    assert inputs("odd[1].warc.gz") == ["odd[1].warc.gz"]
+    with pytest.raises(SystemExit, match=r"part-000\[7-9\].warc.gz' matches no file"):
+        inputs("part-000[7-9].warc.gz")

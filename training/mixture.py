@@ -1,6 +1,7 @@
 """Mixture YAML: named sources of token shards with weights by tokens, in phases (which may also change the sequence
 length and RoPE, for context extension). Validated at load."""
 
+import fnmatch
 import json
 import math
 import os
@@ -218,6 +219,7 @@ class Mixture(BaseModel):
         by hand or by an older `curate tokenize`) are not checked."""
         checked, digests = [], {}  # digests: per stats.json, read once
         for name in self.source_names():
+            self._check_complete(name)
             for path in self.shard_files(name) + self.validation_files(name):
                 stats_path = storage.sibling(path, STATS_FILE)
                 if stats_path not in digests:
@@ -239,12 +241,35 @@ class Mixture(BaseModel):
             if (size, sha256) != (expected["bytes"], expected["sha256"]):
                 raise MixtureError(f"mixture {self.name!r}: token shard {path} changed after `curate tokenize` "
                                    f"({size:,} bytes, sha256 {sha256[:12]}; {stats_path} records {expected['bytes']:,} "
-                                   f"bytes, {expected['sha256'][:12]}): copy it again or tokenize again")  # fmt: skip
+                                   f"bytes, {expected['sha256'][:12]}): copy it again or tokenize again "
+                                   f"(`curate tokenize {_run_of(path)}` redoes it)")  # fmt: skip
+
+    def _check_complete(self, name: str) -> None:
+        """Every shard a folder's stats.json lists that the source's patterns select is there: a part deleted or not
+        yet copied would otherwise train on less than `curate tokenize` wrote, without a word."""
+        patterns = self.sources[name].paths + self.sources[name].validation_paths
+        found = set(self.shard_files(name) + self.validation_files(name))
+        for stats_path in sorted({storage.sibling(path, STATS_FILE) for path in found}):
+            if not storage.is_file(stats_path):
+                continue
+            listed = json.loads(storage.read_text(stats_path)).get(SHARDS_KEY) or {}
+            wanted = [storage.sibling(stats_path, shard) for shard in sorted(listed)]
+            missing = [path for path in wanted if path not in found and any(fnmatch.fnmatchcase(path, p) for p in patterns)]
+            if missing:
+                shown = ", ".join(path.rsplit("/", 1)[-1] for path in missing[:5]) + (" ..." if len(missing) > 5 else "")
+                raise MixtureError(f"mixture {self.name!r}: source {name!r}: {len(missing)} of the {len(listed)} token "
+                                   f"shards {stats_path} lists are missing ({shown}): copy them back, or run "
+                                   f"`curate tokenize {_run_of(stats_path)}` to write them again")  # fmt: skip
 
     def tokenizer_path(self) -> str:
         if self.tokenizer:
             return self.tokenizer
         return storage.sibling(self.shard_files(self.source_names()[0])[0], TOKENIZER_FILE)
+
+
+def _run_of(path: str) -> str:
+    """The `curate run` folder of a file in its tokens/ folder."""
+    return path.rsplit("/", 2)[0] if path.count("/") >= 2 else "RUN_DIR"
 
 
 def _matches(patterns: list[str]) -> list[str]:

@@ -3,13 +3,12 @@
 
 A given license, star count and language are kept as columns: the license and language stages use them instead of
 detecting their own. Rows without content are counted as `empty_text`, without a repository or path as
-`missing_repository`/`missing_path`, binary content that is not UTF-8 as `undecodable` or `binary_file`. The license
-and repository-document stages see one shard at a time: a repository's files should be in one Parquet file (The
-Stack's are sorted by repository).
+`missing_repository`/`missing_path`, binary content that is no text as `undecodable` or `binary_file`, each listed as
+`INPUT#row`. The license and repository-document stages see one shard at a time: a repository's files should be in
+one Parquet file (The Stack's are sorted by repository).
 """
 
 import hashlib
-from collections import Counter
 
 import fsspec
 import pyarrow as pa
@@ -55,18 +54,19 @@ def read_stack_parquet(path: str, snapshot: str, source: str, schema: pa.Schema)
     repositories, paths = found["repository"].to_pylist(), found["path"].to_pylist()
     optional = {column: found[column].to_pylist() if found[column] is not None else [None] * len(texts)
                 for column in ("license", "stars", "language")}  # fmt: skip
-    dropped, rows = Counter(), []
+    result, rows = ReadResult(schema.empty_table(), sha256=hashlib.sha256(data).hexdigest(), bytes_in=len(data)), []
     for index, text in enumerate(texts):
         if repositories[index] is None or paths[index] is None:
-            dropped["missing_repository" if repositories[index] is None else "missing_path"] += 1
+            reason = "missing_repository" if repositories[index] is None else "missing_path"
+            result.drop(reason, f"{path}#{index}", len(text) if isinstance(text, bytes) else len((text or "").encode()))
             continue
         if isinstance(text, bytes):
             text, reason = decode(text)
             if reason:
-                dropped[reason] += 1
+                result.drop(reason, f"{path}#{index}", len(texts[index]))
                 continue
         if not text:
-            dropped["empty_text"] += 1
+            result.drop("empty_text", f"{path}#{index}", 0)
             continue
         repository, file = str(repositories[index]), str(paths[index])
         digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -77,4 +77,5 @@ def read_stack_parquet(path: str, snapshot: str, source: str, schema: pa.Schema)
             "stars": int(optional["stars"][index]) if optional["stars"][index] is not None else None,
             "language": optional["language"][index] or None,
         })  # fmt: skip
-    return ReadResult(pa.Table.from_pylist(rows, schema=schema), dropped, hashlib.sha256(data).hexdigest(), len(data))
+    result.table = pa.Table.from_pylist(rows, schema=schema)
+    return result

@@ -3,9 +3,10 @@
 An input is one repository: a folder (a git checkout is read as `git ls-files`, so .gitignore'd files are not
 content), a `.tar.gz`/`.tgz`/`.tar`/`.zip` archive of one (GitHub's single top folder stripped), or an installed
 distribution (`*.dist-info`: the files its RECORD lists, license files included). A Parquet file of files in The
-Stack's layout (curation/sources/code_parquet.py) holds many. Every decodable text file becomes a document with its
-`repository` and `path`; which are code is decided by the language stage (filters/code_language.py), whose funnel
-counts them, and license files stay in so the license stage can read them. What cannot be a document is counted:
+Stack's layout (curation/sources/code_parquet.py) holds many. Every decodable text file (UTF-8, declared or detected
+charset) becomes a document with its `repository` (`parent/name` of the folder or archive, as GitHub's `owner/name`)
+and `path`; which are code is decided by the language stage (filters/code_language.py), whose funnel counts them, and
+license files stay in so the license stage can read them. What cannot be a document is counted:
 `vendored` (go-enry's vendor paths, virtual environments), `binary_file`, `undecodable`, `file_too_large`,
 `not_a_file` (links, never followed; submodules), `unreadable`, `package_metadata` (RECORD, WHEEL, ... of a
 distribution), `outside_distribution` (its scripts installed beside the interpreter).
@@ -25,7 +26,6 @@ import subprocess
 import sysconfig
 import tarfile
 import zipfile
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
@@ -35,7 +35,7 @@ import fsspec
 import pyarrow as pa
 
 from curation.schema import DOCUMENT_FIELDS
-from curation.sources import ReadResult
+from curation.sources import ReadResult, displayable
 from curation.sources.local_files import decode, load_file
 
 VCS_DIRS = {".git", ".hg", ".svn"}  # version control state, not content: not read, not counted
@@ -99,10 +99,12 @@ def is_archive(path: str) -> bool:
 
 
 class File(NamedTuple):
-    """One file of a repository: its path inside it, and how to get (bytes on disk, its bytes or why there are none)."""
+    """One file of a repository: its path inside it, how to get (bytes on disk, its bytes or why there are none), and
+    where it is (on disk, or `ARCHIVE/member`), which a dropped file is listed by."""
 
     path: str
     load: Callable[[], tuple[int, bytes | str]]
+    where: str
 
 
 def _local(file: str, max_bytes: int):
@@ -116,7 +118,7 @@ def _walk(root: str, max_bytes: int) -> Iterator[File]:
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and d not in links)
         for name in sorted(names + links):
             full = os.path.join(folder, name)
-            yield File(Path(os.path.relpath(full, root)).as_posix(), _local(full, max_bytes))
+            yield File(Path(os.path.relpath(full, root)).as_posix(), _local(full, max_bytes), full)
 
 
 def _git_files(root: str, max_bytes: int) -> Iterator[File]:
@@ -129,7 +131,8 @@ def _git_files(root: str, max_bytes: int) -> Iterator[File]:
         raise RuntimeError(f"{root}: `git ls-files` failed: {done.stderr.decode(errors='replace').strip()}")
     listed = done.stdout
     for relative in sorted(filter(None, listed.decode("utf-8", "surrogateescape").split("\0"))):
-        yield File(relative, _local(os.path.join(root, relative), max_bytes))
+        full = os.path.join(root, relative)
+        yield File(relative, _local(full, max_bytes), full)
 
 
 def _distribution_files(dist_info: str, distribution: importlib.metadata.Distribution, max_bytes: int) -> Iterator[File]:
@@ -143,8 +146,9 @@ def _distribution_files(dist_info: str, distribution: importlib.metadata.Distrib
         posix = PurePosixPath(record)
         if set(posix.parts) & SKIP_DIRS:  # bytecode
             continue
+        full = os.path.join(site, record)
         if record.startswith(".."):  # console scripts installed beside the interpreter
-            yield File(record, lambda: (0, "outside_distribution"))
+            yield File(record, lambda: (0, "outside_distribution"), os.path.normpath(full))
             continue
         path = record
         if posix.parts[0] == name:
@@ -153,9 +157,9 @@ def _distribution_files(dist_info: str, distribution: importlib.metadata.Distrib
             elif _is_license_name(posix.name):
                 path = posix.name
             else:
-                yield File(record, lambda: (0, "package_metadata"))
+                yield File(record, lambda: (0, "package_metadata"), full)
                 continue
-        yield File(path, _local(os.path.join(site, record), max_bytes))
+        yield File(path, _local(full, max_bytes), full)
 
 
 def _is_license_name(name: str) -> bool:
@@ -186,7 +190,7 @@ def _archive_files(path: str, max_bytes: int) -> Iterator[File]:
     for name, load in sorted(members, key=lambda member: member[0]):
         parts = PurePosixPath(name).parts[1 if strip else 0 :]
         if not set(parts) & SKIP_DIRS:
-            yield File("/".join(parts), load)
+            yield File("/".join(parts), load, f"{path}/{name}")
 
 
 def _zip_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, link: bool, max_bytes: int):
@@ -206,16 +210,16 @@ def _tar_member(archive: tarfile.TarFile, info: tarfile.TarInfo, max_bytes: int)
 
 
 def repository_name(path: str) -> str:
-    name = os.path.basename(path.rstrip("/"))
+    """`parent/name` of a folder or archive (its suffix off), as GitHub names `owner/name`: two inputs called `proj`
+    in different folders stay two repositories in their urls, ids and repositories.parquet."""
+    parts = [part for part in (path if "://" in path else os.path.abspath(path)).rstrip("/").split("/") if part]
+    name = parts[-1]
     for suffix in ARCHIVES:
         if name.lower().endswith(suffix):
-            return name[: -len(suffix)]
-    return name
-
-
-def _displayable(name: str) -> str:
-    """A file name as UTF-8 text: bytes that are not (a Latin-1 name on disk or in an archive) become U+FFFD."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            name = name[: -len(suffix)]
+            break
+    parent = parts[-2] if len(parts) > 1 and not parts[-2].endswith(":") else ""  # not `s3:` of `s3://proj.zip`
+    return f"{parent}/{name}" if parent else name
 
 
 class CodeReader:
@@ -226,8 +230,8 @@ class CodeReader:
         """The repository's name and its files, by the kind of input."""
         limit = self.max_file_bytes
         if glob.has_magic(path) and not os.path.exists(path):  # loose files of one folder, e.g. the standard library's modules
-            files = [File(os.path.basename(f), _local(f, limit)) for f in sorted(glob.glob(path)) if os.path.isfile(f)]
-            name = os.path.basename(os.path.dirname(path)) or path
+            files = [File(os.path.basename(f), _local(f, limit), f) for f in sorted(glob.glob(path)) if os.path.isfile(f)]
+            name = repository_name(os.path.dirname(path))
         elif is_archive(path):
             return repository_name(path), list(_archive_files(path, limit))
         elif not os.path.isdir(path):
@@ -242,7 +246,7 @@ class CodeReader:
             files, name = list(_walk(path, limit)), repository_name(path)
         root = stdlib_root()
         if Path(path.rstrip("/")).parent == root or Path(path).parent == root:  # a part of the standard library
-            files.append(File("LICENSE.txt", _local(str(root / "LICENSE.txt"), limit)))
+            files.append(File("LICENSE.txt", _local(str(root / "LICENSE.txt"), limit), str(root / "LICENSE.txt")))
         return name, files
 
     def read(self, path: str) -> ReadResult:
@@ -251,26 +255,28 @@ class CodeReader:
 
             return read_stack_parquet(path, self.snapshot, self.source, CODE_SCHEMA)
         repository, files = self.files(path)
-        dropped, rows, digest, size = Counter(), [], hashlib.sha256(), 0
-        repository = _displayable(repository)
+        result, rows, digest, size = ReadResult(CODE_SCHEMA.empty_table()), [], hashlib.sha256(), 0
+        repository = displayable(repository)
         for file in files:
-            relative = _displayable(file.path)
+            relative = displayable(file.path)
             if VENDORED.search(relative) or enry.is_vendor(relative):
-                dropped["vendored"] += 1
+                result.drop("vendored", file.where, 0)  # not read
                 continue
             file_size, data = file.load()
             size += file_size
             if isinstance(data, str):
-                dropped[data] += 1
+                result.drop(data, file.where, file_size)
                 continue
             digest.update(relative.encode() + b"\0" + data)
             text, reason = decode(data)
             if reason:
-                dropped[reason] += 1
+                result.drop(reason, file.where, file_size)
                 continue
             rows.append({
                 "id": hashlib.sha1(f"{repository}/{relative}|{hashlib.sha1(data).hexdigest()}".encode()).hexdigest()[:20],
                 "url": f"{repository}/{relative}", "text": text, "source": self.source, "snapshot": self.snapshot,
                 "warc_file": repository, "repository": repository, "path": relative,
             })  # fmt: skip
-        return ReadResult(pa.Table.from_pylist(rows, schema=CODE_SCHEMA), dropped, digest.hexdigest(), size)
+        result.table = pa.Table.from_pylist(rows, schema=CODE_SCHEMA)
+        result.sha256, result.bytes_in = digest.hexdigest(), size
+        return result

@@ -38,13 +38,15 @@ def read_input(source: SourceSpec, snapshot: str, path: str) -> ReadResult:
 
 def read_batches(source: SourceSpec, snapshot: str, path: str, result: ReadResult) -> Iterator[pa.Table]:
     """One input file as tables of at most `source.batch_documents` documents where its reader streams (WARC/WET),
-    else as one table; `result` gets the drop counts, sha256 and `bytes_in` once the file is read."""
+    else as one table; `result` gets the drop counts (and the dropped files), sha256 and `bytes_in` once the file is
+    read."""
     reader = _reader(source, snapshot)
     if hasattr(reader, "read_batches"):
         yield from reader.read_batches(path, source.batch_documents, result)
     else:
         whole = reader.read(path)
         result.dropped.update(whole.dropped)
+        result.removed += whole.removed
         result.sha256, result.bytes_in = whole.sha256, whole.bytes_in
         yield whole.table
     if result.bytes_in is None:

@@ -1,9 +1,10 @@
 """Prose that is neither web nor code (books, papers, reference manuals): one shard per directory or file.
 
-`.txt` and `.md` files are one document each; `.jsonl`/`.jsonl.gz` one per record with a `text` field and `.parquet`
-one per row of a `text` column (their `id` and `url` are used when present). What cannot be a document is counted
-(`not_text`, `not_a_file`, `file_too_large`, `unreadable`, `binary_file`, `undecodable`, `bad_json`, `bad_parquet`,
-`empty_text`), never silently skipped and never fatal to the shard: one bad file or line loses only itself.
+`.txt` and `.md` files (UTF-8, or the charset they declare or that is detected) are one document each;
+`.jsonl`/`.jsonl.gz` one per record with a `text` field and `.parquet` one per row of a `text` column (their `id` and
+`url` are used when present). What cannot be a document is counted (`not_text`, `not_a_file`, `file_too_large`,
+`unreadable`, `binary_file`, `undecodable`, `bad_json`, `bad_parquet`, `empty_text`) and named (its path, `PATH#n` for
+a record), never silently skipped and never fatal to the shard: one bad file or line loses only itself.
 """
 
 import gzip
@@ -12,7 +13,6 @@ import io
 import json
 import os
 import zlib
-from collections import Counter
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -21,11 +21,11 @@ import pyarrow.parquet as pq
 from curation.pyarrow_without_pandas import keep_pandas_for_nanosecond_times
 from curation.schema import DOCUMENT_FIELDS
 from curation.sources.local_files import decode, load_file
-from curation.sources import ReadResult
+from curation.sources import ReadResult, displayable
 
 SUFFIXES = (".txt", ".md", ".jsonl", ".jsonl.gz", ".parquet")
 TEXT_SCHEMA = pa.schema(DOCUMENT_FIELDS)
-Record = dict | str  # a document's fields, or the reason a record is dropped
+Record = dict | tuple[str, int]  # a document's fields, or why a record is dropped and its bytes
 
 
 def text_files(path: str) -> list[str]:
@@ -47,7 +47,7 @@ def supported(file: str) -> bool:
 
 def _plain(data: bytes) -> Iterator[Record]:
     text, reason = decode(data)
-    yield reason or {"text": text}
+    yield (reason, len(data)) if reason else {"text": text}
 
 
 def _jsonl(data: bytes, compressed: bool) -> Iterator[Record]:
@@ -60,11 +60,11 @@ def _jsonl(data: bytes, compressed: bool) -> Iterator[Record]:
                 record = json.loads(line)
                 record["text"].encode()  # a string, and one without lone surrogates (`"\ud800"`) Arrow cannot hold
             except (ValueError, TypeError, KeyError, AttributeError):  # not JSON, not UTF-8, or no text field
-                yield "bad_json"
+                yield "bad_json", len(line)
                 continue
             yield record
     except (OSError, EOFError, zlib.error):
-        yield "unreadable"
+        yield "unreadable", 0  # what the damage cost is not known
 
 
 def _parquet(data: bytes) -> Iterator[Record]:
@@ -78,7 +78,7 @@ def _parquet(data: bytes) -> Iterator[Record]:
         keep_pandas_for_nanosecond_times(table.schema)  # an id or url of such times converts as it always did
         rows = table.to_pylist()
     except (pa.ArrowException, KeyError, TypeError):
-        yield "bad_parquet"
+        yield "bad_parquet", len(data)
         return
     yield from rows
 
@@ -98,23 +98,31 @@ class TextReader:
 
     def read(self, path: str) -> ReadResult:
         base = path if os.path.isdir(path) else os.path.dirname(path)
-        dropped, rows, digest, size = Counter(), [], hashlib.sha256(), 0
+        result, rows, digest, size = ReadResult(TEXT_SCHEMA.empty_table()), [], hashlib.sha256(), 0
         for file in text_files(path):
-            file_size, data = load_file(file, self.max_file_bytes) if supported(file) else (0, "not_text")
+            relative = displayable(os.path.relpath(file, base))  # a Latin-1 file name too is a url
+            if not supported(file):  # not read: its size is listed, not counted in bytes_in
+                result.drop("not_text", file, os.path.getsize(file) if os.path.isfile(file) else 0)
+                continue
+            file_size, data = load_file(file, self.max_file_bytes)
             size += file_size
             if isinstance(data, str):
-                dropped[data] += 1
+                result.drop(data, file, file_size)
                 continue
             digest.update(data)
-            relative = os.path.relpath(file, base)
-            for number, record in enumerate(_records(file, data)):
-                if isinstance(record, str):
-                    dropped[record] += 1
-                elif not (record.get("text") or "").strip():
-                    dropped["empty_text"] += 1
+            whole_file = relative.lower().endswith((".txt", ".md"))
+            for number, record in enumerate(_records(file, data)):  # a dropped record is listed as FILE#number
+                if isinstance(record, tuple):
+                    reason, record_bytes = record
+                    whole = whole_file or reason == "bad_parquet"  # the file, not one record of it
+                    result.drop(reason, file if whole else f"{file}#{number}", record_bytes)
+                elif not (text := record.get("text") or "").strip():
+                    result.drop("empty_text", file if whole_file else f"{file}#{number}", len(text.encode()))
                 else:
                     rows.append(self._document(record, relative, number))
-        return ReadResult(pa.Table.from_pylist(rows, schema=TEXT_SCHEMA), +dropped, digest.hexdigest(), size)
+        result.table = pa.Table.from_pylist(rows, schema=TEXT_SCHEMA)
+        result.sha256, result.bytes_in = digest.hexdigest(), size
+        return result
 
     def _document(self, record: dict, relative: str, number: int) -> dict:
         """A record's own id and url when it has them; else ids stable across runs (file, record number, content)."""
