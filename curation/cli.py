@@ -640,6 +640,9 @@ def main(argv: list[str] | None = None, more: dict | None = None) -> int:
     commands |= {name: run for name, (_, _, run) in (more or {}).items()}
     try:
         return commands[args.command](args)
+    except KeyboardInterrupt:  # Ctrl-C: what finished is kept (atomic parts, the manifest), so one line says so
+        print(f"curate {args.command}: stopped; rerun the same command to resume (finished work is kept)", file=sys.stderr)
+        return 130
     except OSError as error:
         message = disk_full(error, getattr(args, "output", None) or getattr(args, "out", None) or os.getcwd())
         if message is None:

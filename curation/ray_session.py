@@ -70,6 +70,9 @@ def connect(address: str | None, num_cpus: int | None, owner: str) -> bool:
             ) from None
         return False
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # read by each worker's pyarrow at import
+    # Ray (2.5x+) warns on every local start that it turned its default token authentication on; the default is kept,
+    # the warning is not repeated on every `curate` command (a missing logger name only leaves the warning in place)
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     _stop_leftovers(owner)
     before = {child.pid for child in psutil.Process().children(recursive=True)}
     try:

@@ -272,3 +272,21 @@ def test_several_recipes_run_in_one_command_on_one_ray(tmp_path):
     from ray._common.utils import get_default_ray_temp_dir
 
     assert len(list(Path(get_default_ray_temp_dir()).glob(f"session_*_{process.pid}"))) == 1
+
+
+def test_ctrl_c_stops_a_run_in_one_line_and_it_resumes(snapshot_files, tmp_path):
+    """SIGINT to the process group, as a terminal's Ctrl-C: one line saying how to go on, no traceback; the rerun
+    resumes from what finished."""
+    output = tmp_path / "run"
+    process = subprocess.Popen(
+        CURATE + ["run", "fineweb-snapshot", "--input", f"{snapshot_files}/*.warc.gz", "--output", str(output), "--num-cpus", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    wait_for_progress(process, (output / "manifest.json").read_text, at_least=2)
+    assert process.poll() is None, "the run ended before Ctrl-C"
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 130 and "Traceback" not in stderr
+    assert stderr.strip().splitlines() == ["curate run: stopped; rerun the same command to resume (finished work is kept)"]
+    rerun = curate("run", "fineweb-snapshot", "--input", f"{snapshot_files}/*.warc.gz", "--output", str(output), "--num-cpus", "2")
+    assert "resumed:" in rerun.stdout and not (output / "run.lock").exists()

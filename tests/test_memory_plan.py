@@ -90,3 +90,21 @@ def test_train_plan_gpus_prints_each_layout_and_the_choice_or_one_line(args, cod
         assert "dp_shard 4 x tp 2" in done.stdout and "total AC" in done.stdout
     if code == 0:  # the choice and its reason on one line
         assert any(line.startswith(expected) and line.endswith("no activation recomputation") for line in done.stdout.splitlines())
+
+
+@pytest.mark.parametrize(
+    "args, advice",
+    [
+        (["--model", "7b", "--gpus", "1"], "alone take 101.7 GiB per GPU (no shorter --seq-len or smaller --micro-batch helps): "
+                                           "shard them with FSDP over more GPUs (2 such GPUs fit), or train a smaller model"),
+        (["--model", "7b", "--gpus", "1", "--gpu-memory", "40"], "shard them with FSDP over more GPUs (4 such GPUs fit)"),
+        (["--model", "1b", "--gpus", "2", "--gpu-memory", "24"], "(tp 2, AC): more GPUs, a shorter --seq-len or a smaller --micro-batch"),
+    ],
+)
+def test_a_plan_that_does_not_fit_advises_what_would_help(args, advice):
+    """When the weights, gradients and AdamW states alone are over the GPU on every layout (7B on one GPU: 16 bytes x
+    6.74B), sequences and micro-batches cannot help: the line says to shard over more GPUs, as many as fit, or a
+    smaller model; only when activations are what is over does it advise a shorter --seq-len or micro-batch."""
+    done = subprocess.run([sys.executable, "-m", "training", "plan", *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(f"train plan: no layout of {args[1]} fits ") and advice in done.stderr, done.stderr

@@ -1,7 +1,9 @@
 """Both notebooks, executed end to end against a small real curation run (every stage with figures) and a real
-training run, and `curate report` over the same runs."""
+training run, from notebooks/ (where Jupyter and nbconvert start their kernel) with the run folders in RUN_DIR and
+TRAIN_DIR, and `curate report` over the same runs."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +16,7 @@ from curation.sources import sample
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
 FILTER_FIGURES = 7  # funnel, removal reasons, languages, quality, PII, duplicate clusters, decontamination
 TRAINING_FIGURES = 6  # loss, validation loss, tokens, lr, grad norm, throughput (MFU is unknown on CPUs)
 
@@ -53,21 +56,24 @@ def runs(tmp_path_factory) -> tuple[Path, Path]:
     return folder / "curated", folder / "trained"
 
 
-def execute(notebook: str, variable: str, value: Path):
+def execute(notebook: str, env: dict[str, str], cwd: Path = NOTEBOOKS, show: str | None = None):
     import nbformat
     from nbclient import NotebookClient
 
-    nb = nbformat.read(ROOT / "notebooks" / notebook, as_version=4)
+    nb = nbformat.read(NOTEBOOKS / notebook, as_version=4)
     assert all(not cell.get("outputs") for cell in nb.cells if cell.cell_type == "code"), "stored with outputs"
-    nb.cells[1].source = f'{variable} = "{value}"'
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    if show:  # only the title and the setup cell, then print the folder it resolved; no run folder is read
+        nb.cells = nb.cells[:2] + [nbformat.v4.new_code_cell(f"print({show})")]
+    inherited = {k: v for k, v in os.environ.items() if k not in ("RUN_DIR", "TRAIN_DIR")}  # not a developer's own
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(cwd)}})
+    client.execute(env=inherited | env)
     outputs = [output for cell in nb.cells if cell.cell_type == "code" for output in cell.get("outputs", [])]
-    assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert not [o for o in outputs if o.get("output_type") == "error"], outputs
     return outputs
 
 
 def test_filter_stats_notebook_draws_every_figure(runs):
-    outputs = execute("filter_stats.ipynb", "RUN", runs[0])
+    outputs = execute("filter_stats.ipynb", {"RUN_DIR": str(runs[0])})
     figures = sum("image/png" in o.get("data", {}) for o in outputs)
     printed = " ".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     assert figures == FILTER_FIGURES, printed  # nothing is missing from this run
@@ -76,8 +82,19 @@ def test_filter_stats_notebook_draws_every_figure(runs):
 
 
 def test_training_notebook_draws_every_figure(runs):
-    outputs = execute("training_run.ipynb", "TRAIN", runs[1])
+    outputs = execute("training_run.ipynb", {"TRAIN_DIR": str(runs[1])})
     assert sum("image/png" in o.get("data", {}) for o in outputs) == TRAINING_FIGURES
+
+
+@pytest.mark.parametrize("notebook, variable, cwd, env, expected", [
+    ("filter_stats.ipynb", "RUN", NOTEBOOKS, {}, ROOT / "runs" / "fineweb-snapshot"),
+    ("training_run.ipynb", "TRAIN", ROOT, {}, ROOT / "runs" / "train"),
+    ("training_run.ipynb", "TRAIN", NOTEBOOKS, {"TRAIN_DIR": "runs/other"}, ROOT / "runs" / "other"),
+    ("filter_stats.ipynb", "RUN", ROOT, {"RUN_DIR": "s3://bucket/run"}, "s3://bucket/run"),
+], ids=["default-from-notebooks", "default-from-root", "relative-variable", "url-variable"])  # fmt: skip
+def test_notebook_finds_run_folder_from_either_working_directory(notebook, variable, cwd, env, expected):
+    outputs = execute(notebook, env, cwd=cwd, show=variable)
+    assert [o.get("text", "").strip() for o in outputs] == [str(expected)]
 
 
 def test_curate_report_has_every_section(runs):

@@ -3,28 +3,31 @@ fp32 with fixed data and seed, through the real `train` CLI under torchrun with 
 layout resumes under another, and `train export` reads any of them."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
 
-from tests.conftest import run
+from tests.conftest import ROOT, run
 from training import metrics
 from training.export import export
 
 pytestmark = pytest.mark.slow
 STEPS = 10
 # relative, per step: fp32 sums taken in another order (sharded reductions, split matmuls), which AdamW carries into
-# later steps. With the packages a fresh install took on 2026-12-02 the fixture's data gives a gradient spike at step 6
-# (norm 11.3 against 1-4): the 1e-7 differences of steps 2-4 became 2.3e-5 in the loss and 1.7e-3 in step 5's gradient
-# norm under every layout, and at the commit that had passed with 1e-5 (5c7b532) too. A layout bug (a wrong shard, a
-# missing reduction) changes the loss by orders of magnitude more.
-TOLERANCE = 5e-5
-GRAD_NORM_TOLERANCE = 5e-3
+# later steps. At the tiny preset's peak lr (3e-3) this fixture's training is chaotic by step 6-7 (a gradient spike:
+# grad norm 0.90 -> 1.39 -> 2.39): 1e-7 differences of steps 2-4 grew to 2.3e-5 and more on a fresh install, whose
+# packages generate other sample pages, so the bound had been loosened to 5e-5. The layouts are run at lr 3e-4, where
+# training is not chaotic and they agree to ~4e-8 whatever the data: the README's bound (1e-5) holds with room.
+# A layout bug (a wrong shard, a missing reduction) changes the loss by orders of magnitude more.
+README_BOUND = re.search(r"within (\S+) relative of one rank", (ROOT / "README.md").read_text())
+TOLERANCE = float(README_BOUND.group(1))
+GRAD_NORM_TOLERANCE = 1e-3
 # untied embeddings: with a pipeline the embedding and the output layer live on different stages
 SETTINGS = ("seq_len: 32\nglobal_batch: 8\nmicro_batch: 2\nwarmup: 2\ndtype: fp32\nlog_every: 1\nkeep_checkpoints: 10\n"
-            "checkpoint_every: 10\neval_every: 5\nmodel_overrides: {tie_embeddings: false}\n")  # fmt: skip
+            "checkpoint_every: 10\neval_every: 5\nmodel_overrides: {tie_embeddings: false}\nlr: 3.0e-4\nmin_lr: 3.0e-5\n")  # fmt: skip
 EVERY_3 = ["--checkpoint-every", "3"]  # the runs a resume starts from keep steps 3, 6 and 9
 LAYOUTS = {
     "FSDP 2": ["--dp-shard", "2"],
@@ -114,4 +117,5 @@ def test_a_checkpoint_resumes_on_other_layouts_and_exports_from_any(train, workd
     for name in (sharded.name, piped.name):
         assert exported[name].keys() == reference.keys()
         worst = max(float((exported[name][k] - reference[k]).abs().max()) for k in reference)
-        assert worst < 1e-3, (name, worst)  # Adam's normalized steps (lr 3e-3) carry the 1e-6 loss differences as ~2e-4
+        print(f"\n{name}: exported weights differ from one rank's by at most {worst:.1e}")
+        assert worst < 3e-4, (name, worst)  # one Adam step moves a weight by ~lr: a near-zero gradient may turn either way

@@ -39,22 +39,71 @@ def phased_run(workdir) -> Path:
     return workdir / "whole"
 
 
-def kill_at_checkpoint(workdir: Path, command: list[str], out: str, step: int) -> None:
-    """Run `command` into `out` and SIGKILL it as soon as its step-`step` checkpoint is complete."""
+def kill_at_checkpoint(workdir: Path, command: list[str], out: str, step: int) -> int:
+    """Run `command` into `out` and SIGKILL it as soon as its step-`step` checkpoint is complete, asserting the kill
+    landed mid-run: the run still going when killed and short of its last step's checkpoint. Returns the step of the
+    newest checkpoint it left, the one a resume must start from."""
     process = subprocess.Popen([sys.executable, "-m", *command, "--out", out], cwd=workdir,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-    checkpoint = workdir / out / "checkpoints" / f"step-{step:08d}"
+    checkpoints = workdir / out / "checkpoints"
     deadline = time.time() + 600
-    while not (checkpoint / "train_state.json").exists() and time.time() < deadline and process.poll() is None:
+    while not (checkpoints / f"step-{step:08d}" / "train_state.json").exists() and time.time() < deadline and process.poll() is None:
         time.sleep(0.05)
+    running = process.poll() is None
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    assert (checkpoint / "train_state.json").exists(), "the run ended before its checkpoint"
+    assert running, f"the run ended (exit {process.returncode}) before it was killed"
+    assert (checkpoints / f"step-{step:08d}" / "train_state.json").exists(), "the run was killed before its checkpoint"
+    last = int(command[command.index("--steps") + 1])
+    reached = max(checkpoint_steps(workdir / out))
+    assert reached < last, f"the run saved its last step's checkpoint (step {last}) before the kill"
+    return reached
+
+
+def resume(command: list[str], out: str, workdir: Path, step: int) -> None:
+    """`--resume` a killed run, asserting it started from its step-`step` checkpoint (not over, nor as a no-op)."""
+    done = run(*command, "--out", out, "--resume", cwd=workdir)
+    assert f"resumed from step-{step:08d}" in done.stdout, done.stdout[-3000:]
 
 
 def losses(out: Path) -> dict[int, float]:
     frame = metrics.load(str(out)).drop_duplicates("step", keep="last")
     return dict(zip(frame.step, frame.loss))
+
+
+def test_a_damaged_checkpoint_is_skipped_in_one_line_and_a_resume_keeps_each_steps_record_once(workdir):
+    """Checkpoints at steps 1-3, then step 3's rank-1 shard cut in half (a half copy) and step 2's rank-0 shard
+    deleted: --resume names each in one line, resumes from step 1 (exit 0, no traceback), replays steps 2-3 with the
+    first run's losses, and its save at step 3 replaces the damaged one. metrics.jsonl then holds each step once, as
+    does a fresh start's after the checkpoints are gone: a run never logs beside another's records."""
+    from training import checkpoint
+
+    common = ["training", "--mixture", "two.yaml", "--config", "settings.yaml", "--checkpoint-every", "1", "--out", "damaged"]
+    run(*common, "--steps", "3", cwd=workdir)
+    first = losses(workdir / "damaged")
+    folder = workdir / "damaged" / "checkpoints"
+    shard = folder / "step-00000003" / "__1_0.distcp"
+    size = shard.stat().st_size
+    os.truncate(shard, size // 2)
+    (folder / "step-00000002" / "__0_0.distcp").unlink()
+    done = run(*common, "--steps", "4", "--resume", cwd=workdir)
+    said = [line for line in done.stderr.splitlines() if line.startswith("train: ")]
+    assert said == [
+        f"train: checkpoint damaged/checkpoints/step-00000003 is incomplete (__1_0.distcp has {size // 2:,} bytes, "
+        f"complete.json records {size:,}): resuming from step-00000001 instead; a save at its step replaces it",
+        "train: checkpoint damaged/checkpoints/step-00000002 is incomplete (__0_0.distcp is missing): resuming from "
+        "step-00000001 instead; a save at its step replaces it",
+    ], done.stderr[-3000:]  # fmt: skip
+    assert "Traceback" not in done.stderr and "resumed from step-00000001" in done.stdout, done.stdout[-3000:]
+    assert [checkpoint.incomplete(folder / f"step-{step:08d}") for step in range(1, 5)] == [None] * 4
+    logged = [json.loads(line)["step"] for line in (workdir / "damaged" / "metrics.jsonl").read_text().splitlines()]
+    assert logged == [1, 2, 3, 4]
+    replayed = losses(workdir / "damaged")
+    assert [replayed[step] for step in (1, 2, 3)] == [first[step] for step in (1, 2, 3)]
+
+    shutil.rmtree(folder)
+    run(*common, "--steps", "1", cwd=workdir)
+    assert [json.loads(line)["step"] for line in (workdir / "damaged" / "metrics.jsonl").read_text().splitlines()] == [1]
 
 
 def test_loss_falls_on_a_repeated_batch(workdir):
@@ -84,10 +133,8 @@ def test_kill_mid_phase_and_resume_is_bit_identical(workdir, phased_run):
     frame = metrics.load(str(workdir / "whole")).drop_duplicates("step", keep="last")
     assert list(frame.phase) == ["warm"] * 6 + ["anneal"] * 6
 
-    kill_at_checkpoint(workdir, common, "killed", 4)
-    assert not (workdir / "killed" / "checkpoints" / "step-00000012").exists(), "the run finished before the kill"
-    resumed_from = max(int(p.name[5:]) for p in (workdir / "killed" / "checkpoints").glob("step-????????"))
-    run(*common, "--out", "killed", "--resume", cwd=workdir)
+    resumed_from = kill_at_checkpoint(workdir, common, "killed", 4)
+    resume(common, "killed", workdir, resumed_from)
     killed = losses(workdir / "killed")
     after = [step for step in whole if step > resumed_from]
     assert after and [killed[s] for s in after] == [whole[s] for s in after]  # across the phase switch after step 6
@@ -123,11 +170,12 @@ def test_context_extension_phase_128_to_512_resumes_bit_identically_and_exports_
     whole = metrics.load(str(workdir / "extend")).set_index("step")
     assert list(whole.seq_len) == [128] * 4 + [512] * 4 and set(whole.tokens_per_step) == {1024}
     assert list(whole.phase) == ["short"] * 4 + ["long"] * 4 and whole.loc[[2, 4, 6, 8], "val_loss"].notna().all()
-    kill_at_checkpoint(workdir, common, "extend-killed", 3)  # resumes before the switch and runs across it
-    run(*common, "--out", "extend-killed", "--resume", cwd=workdir)
+    killed_at = kill_at_checkpoint(workdir, common, "extend-killed", 3)  # resumes before the switch and runs across it
+    assert killed_at == 3, "the run passed the phase switch before the kill"
+    resume(common, "extend-killed", workdir, 3)
     (workdir / "extend-late" / "checkpoints").mkdir(parents=True)  # resumes after the switch
     shutil.copytree(workdir / "extend" / "checkpoints" / "step-00000006", workdir / "extend-late" / "checkpoints" / "step-00000006")
-    run(*common, "--out", "extend-late", "--resume", cwd=workdir)
+    resume(common, "extend-late", workdir, 6)
     for name, first in (("extend-killed", 4), ("extend-late", 7)):
         resumed = metrics.load(str(workdir / name)).set_index("step")
         assert list(resumed.loc[first:8].loss) == list(whole.loc[first:8].loss), name
@@ -187,9 +235,11 @@ def test_two_nodes_by_c10d_rendezvous_killed_twice_resume_on_two_nodes_then_on_o
         deadline = time.time() + 600
         while not (checkpoint / "train_state.json").exists() and time.time() < deadline and all(n.poll() is None for n in nodes):
             time.sleep(0.05)
+        running = all(node.poll() is None for node in nodes)
         for node in nodes:
             os.killpg(node.pid, signal.SIGKILL)
             node.wait()
+        assert running, "a node ended before the kill"
         assert (checkpoint / "train_state.json").exists(), "the nodes stopped before the checkpoint"
 
     finish(two_nodes("nodes-whole"))
@@ -269,8 +319,7 @@ def test_bf16_with_activation_checkpointing_and_compile_resumes_bit_identically(
     run(*common, "--out", "bf16-whole", cwd=workdir)
     whole = metrics.load(str(workdir / "bf16-whole")).set_index("step")
     assert list(whole.index) == list(range(1, 7)) and whole.loss.notna().all()
-    kill_at_checkpoint(workdir, common, "bf16-killed", 3)
-    run(*common, "--out", "bf16-killed", "--resume", cwd=workdir)
+    resume(common, "bf16-killed", workdir, kill_at_checkpoint(workdir, common, "bf16-killed", 3))
     killed = metrics.load(str(workdir / "bf16-killed")).set_index("step")
     assert list(killed.loc[4:6].loss) == list(whole.loc[4:6].loss) and list(killed.loc[4:6].lr) == list(whole.loc[4:6].lr)
 
@@ -496,7 +545,8 @@ def test_a_rank_killed_between_checkpoints_restarts_every_rank_from_the_last_one
     step, checkpoint = re.fullmatch(r"train: rank 1 was killed by SIGKILL at step ~(\d+); restart 1 of 3 from (step-\d{8})",
                                     restarts[0]).groups()  # fmt: skip
     assert int(step) >= 7 and checkpoint in ("step-00000004", "step-00000008") and f"resumed from {checkpoint}" in printed
-    assert (out / "metrics.jsonl").read_text().count("\n") > 12  # the steps after the checkpoint, logged twice
+    logged = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert logged == list(range(1, 13))  # the restart cut the records past its checkpoint: each step once
     assert losses(out) == losses(phased_run) and sorted(losses(out)) == list(range(1, 13))
     assert not writers(out) and not (out / "train.lock").exists()
 

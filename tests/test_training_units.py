@@ -381,6 +381,71 @@ def test_one_tokenizer_check_compares_content_and_old_states_load(three_sources,
     assert data_loader.step == 2 and data_loader.phase_counts == [11, 3, 2]
 
 
+def test_the_latest_checkpoint_is_the_newest_complete_one_and_each_newer_one_skipped_says_why(tmp_path):
+    """A checkpoint is complete when every file its complete.json lists is there with its bytes; one from before the
+    marker, as it was then: with its train state and DCP's .metadata. A save's .tmp folder is never a checkpoint."""
+    from training.checkpoint import latest
+
+    def step(number: int, files: dict[str, bytes], marker: str | None = None) -> Path:
+        folder = tmp_path / f"step-{number:08d}"
+        folder.mkdir()
+        for name, data in files.items():
+            (folder / name).write_bytes(data)
+        if marker is not None:
+            (folder / "complete.json").write_text(marker)
+        return folder
+
+    older = step(1, {"train_state.json": b"{}", ".metadata": b"index"})
+    step(2, {"train_state.json": b"{}"})
+    step(3, {"train_state.json": b"{}", "__0_0.distcp": b"ab"}, json.dumps({"files": {"train_state.json": 2, "__0_0.distcp": 3}}))
+    step(4, {"train_state.json": b"{}"}, json.dumps({"files": {"train_state.json": 2, "__1_0.distcp": 3}}))
+    step(5, {}, "{")
+    (tmp_path / "step-00000006.tmp").mkdir()
+    skipped: list = []
+    assert latest(tmp_path, skipped) == older
+    assert [(path.name, why) for path, why in skipped] == [
+        ("step-00000005", "its complete.json is unreadable"), ("step-00000004", "__1_0.distcp is missing"),
+        ("step-00000003", "__0_0.distcp has 2 bytes, complete.json records 3"), ("step-00000002", "no complete.json, and no .metadata"),
+    ]  # fmt: skip
+    newest = step(10, {"train_state.json": b"{}", "__0_0.distcp": b"abc"}, json.dumps({"files": {"train_state.json": 2, "__0_0.distcp": 3}}))
+    assert latest(tmp_path) == newest
+
+
+def test_train_plan_refuses_a_tokenizer_mismatch_in_the_line_train_refuses_it_with(three_sources, tmp_path):
+    """`train plan` runs `train`'s checks of the mixture: a source tokenized with another tokenizer is refused by both
+    in the same line (exit 2), where the plan used to print its tables and exit 0."""
+    mixture, _ = three_sources
+    path = glob.glob(mixture.sources["web"].paths[0])[0].rsplit("/", 2)[0] + "/mix.yaml"
+    beside = Path(sorted(glob.glob(mixture.sources["code"].paths[0]))[0]).parent / "tokenizer.json"
+    beside.write_text(train_tokenizer(["completely different text"] * 10, 300).to_str())
+    commands = {"train plan": ["plan", "--mixture", path], "train": ["--mixture", path, "--steps", "2", "--out", str(tmp_path / "run")]}
+    try:
+        done = {name: subprocess.run([sys.executable, "-m", "training", *args], capture_output=True, text=True, timeout=300)
+                for name, args in commands.items()}  # fmt: skip
+    finally:
+        beside.unlink()
+    for name, result in done.items():
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, (name, result.stdout, result.stderr)
+        assert f"source 'code' was tokenized with {beside}" in result.stderr and "Sources" not in result.stdout
+    assert done["train plan"].stderr == done["train"].stderr.replace("train: ", "train plan: ", 1)
+
+
+def test_train_help_names_each_command_in_a_line_and_each_runs():
+    """`train --help` lists plan, export and ladder, a line each; each it names answers its own --help (the `train`
+    console script's way in: experiments.cli.train_main)."""
+    def train(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", f"import sys; from experiments.cli import train_main; sys.exit(train_main({list(args)!r}))"],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    shown = train("--help")
+    assert shown.returncode == 0, shown.stderr
+    commands = [line.split()[1] for line in shown.stdout.splitlines() if line.startswith("  train ")]
+    assert commands == ["plan", "export", "ladder"], shown.stdout
+    for command in commands:
+        helped = train(command, "--help")
+        assert helped.returncode == 0 and helped.stdout.startswith(f"usage: train {command}"), helped.stdout + helped.stderr
+
+
 def test_held_out_slice_is_by_id_hash_never_trained_on_and_the_same_for_every_seed(three_sources, tmp_path):
     from training.data import ValidationSet
     from shard_contract import SPLIT_COLUMN, held_out
@@ -552,6 +617,7 @@ def test_a_resume_scored_on_another_held_out_slice_is_refused(three_sources, tmp
     step = tmp_path / "run" / "checkpoints" / "step-00000004"
     step.mkdir(parents=True)
     (step / "train_state.json").write_text(json.dumps({"step": 4, "data": {"seed": 0, "seq_lens": [128]}, "validation": {"web": "0" * 16}}))
+    (step / "complete.json").write_text(json.dumps({"files": {"train_state.json": (step / "train_state.json").stat().st_size}}))
     done = subprocess.run([sys.executable, "-m", "training", "--mixture", path, "--steps", "5", "--out", str(tmp_path / "run"),
                            "--resume"], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 2 and "held-out validation documents of ['code', 'rest', 'web'] differ" in done.stderr, done.stderr
@@ -559,8 +625,8 @@ def test_a_resume_scored_on_another_held_out_slice_is_refused(three_sources, tmp
 
 def test_what_train_can_check_before_launch_fails_in_one_line_before_torchrun(three_sources, tmp_path):
     """A global batch that does not split over micro-batches x ranks, an --out that cannot be written, FP8 on a device
-    without it, and a parallel layout the model or the ranks cannot take fail in the launcher with one line (exit 2),
-    not in every rank with a torchrun traceback."""
+    without it, a parallel layout the model or the ranks cannot take, and no ranks at all fail in the launcher with one
+    line (exit 2), not in every rank with a torchrun traceback (--ranks 0 used to run 2 ranks)."""
     import subprocess
     import sys
 
@@ -576,6 +642,7 @@ def test_what_train_can_check_before_launch_fails_in_one_line_before_torchrun(th
         (["--config", "tiny-untied", "--pp", "2", "--pp-microbatches", "3"], "parallelism.pp_microbatches 3 does not split the 8"),
         (["--dp-shard", "3", "--ranks", "2"], "does not make the 2 ranks launched"),
         (["--cp", "2"], "train: parallelism.cp > 1: context parallelism is not built yet"),
+        (["--ranks", "0"], "train: --ranks 0: give 1 or more processes (or leave it out: the GPUs, else 2)"),
     ):
         done = subprocess.run([sys.executable, "-m", "training", "--mixture", path, "--steps", "2", *args], capture_output=True,
                               text=True, timeout=300)  # fmt: skip

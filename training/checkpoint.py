@@ -1,10 +1,14 @@
 """Checkpoints with torch.distributed.checkpoint: sharded model + optimizer, plus the train state as JSON.
 
-A checkpoint is written to `step-N.tmp/` and renamed to `step-N/` by rank 0 once every rank has written
-and the train state is on disk, so a folder named `step-N` is always complete; a killed save leaves only a
-`.tmp` folder, which is never loaded and is removed by the next save. A save that fails (a full disk) removes its
-`.tmp` folder and raises CheckpointError on every rank. DCP reshards on load, so a checkpoint taken on 2 ranks loads
-on 1 (or 8).
+A checkpoint is written to `step-N.tmp/` and renamed to `step-N/` by rank 0 once every rank has written and the
+train state is on disk; a killed save leaves only a `.tmp` folder, which is never loaded and is removed by the next
+save. Last before the rename rank 0 writes `complete.json`, every file of the checkpoint with its bytes, so a
+checkpoint damaged after its save (a file deleted, truncated or half-copied) is found by a stat of each file before
+anything loads it, and a resume skips it for the newest complete one. Sizes, not hashes: hashing a 7B checkpoint
+(~100 GiB) would add minutes to every save and every resume. A folder without the marker, written before it existed,
+counts as complete as it did then, with its train state (and DCP's `.metadata` index). A save that fails (a full
+disk) removes its `.tmp` folder and raises CheckpointError on every rank. DCP reshards on load, so a checkpoint taken
+on 2 ranks loads on 1 (or 8).
 
 torch.distributed.checkpoint (and the DTensor code it pulls in) is imported where a checkpoint is saved or loaded,
 not here: `train`'s launcher only looks for the latest checkpoint, and that import would cost every launch most of
@@ -29,6 +33,8 @@ if TYPE_CHECKING:
     from torch.distributed.checkpoint.api import CheckpointException
 
 STATE_FILE = "train_state.json"
+MARKER = "complete.json"
+_DCP_INDEX = ".metadata"
 _STEP_DIR = re.compile(r"step-(\d+)")
 
 
@@ -45,13 +51,38 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(torch.frombuffer(bytearray(base64.b64decode(state["cuda"])), dtype=torch.uint8))
 
 
-def latest(folder: str | Path) -> Path | None:
-    """The newest complete checkpoint (a renamed step-N folder with its train state), if any."""
+def incomplete(path: Path) -> str | None:
+    """Why the checkpoint folder `path` cannot be loaded (a file its marker lists missing or of another size), or None."""
+    try:
+        files = json.loads((path / MARKER).read_text())["files"]
+    except FileNotFoundError:
+        missing = [name for name in (STATE_FILE, _DCP_INDEX) if not (path / name).is_file()]
+        return f"no {MARKER}, and no {' or '.join(missing)}" if missing else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"its {MARKER} is unreadable"
+    for name, size in files.items():
+        try:
+            found = (path / name).stat().st_size
+        except FileNotFoundError:
+            return f"{name} is missing"
+        if found != size:
+            return f"{name} has {found:,} bytes, {MARKER} records {size:,}"
+    return None
+
+
+def latest(folder: str | Path, skipped: list[tuple[Path, str]] | None = None) -> Path | None:
+    """The newest complete checkpoint, if any; each newer one that is not complete goes into `skipped` with why."""
     folder = Path(folder)
     if not folder.is_dir():
         return None
-    complete = [p for p in folder.iterdir() if _STEP_DIR.fullmatch(p.name) and (p / STATE_FILE).is_file()]
-    return max(complete, key=lambda p: int(_STEP_DIR.fullmatch(p.name).group(1)), default=None)
+    steps = sorted((p for p in folder.iterdir() if _STEP_DIR.fullmatch(p.name)), key=lambda p: int(p.name[5:]), reverse=True)
+    for step in steps:
+        why = incomplete(step)
+        if why is None:
+            return step
+        if skipped is not None:
+            skipped.append((step, why))
+    return None
 
 
 class CheckpointError(OSError):
@@ -103,10 +134,9 @@ def save(folder: str | Path, step: int, model, optimizer, train_state: dict, kee
         rngs = [None] * dist.get_world_size()
         dist.all_gather_object(rngs, rng_state())  # every rank's own generators, not rank 0's for all
         if rank == 0:
-            with open(tmp / STATE_FILE, "w") as handle:
-                json.dump({**train_state, "step": step, "rng": rngs}, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
+            _write_json(tmp / STATE_FILE, {**train_state, "step": step, "rng": rngs})
+            files = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
+            _write_json(tmp / MARKER, {"step": step, "files": files})  # last: every rank's files are written
     except (OSError, CheckpointException) as failure:  # DCP raises its gathered failures on every rank
         cause = failure if isinstance(failure, OSError) else _write_failure(failure, folder, state)
         if cause is None:
@@ -115,12 +145,21 @@ def save(folder: str | Path, step: int, model, optimizer, train_state: dict, kee
             shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointError(cause.errno, cause.strerror, str(tmp)) from None
     if rank == 0:
+        if final.exists():  # an incomplete one the resume skipped: a run resumes from its newest complete checkpoint
+            shutil.rmtree(final)
         os.rename(tmp, final)
         steps = sorted((p for p in folder.iterdir() if _STEP_DIR.fullmatch(p.name)), key=lambda p: p.name)
         for old in steps[:-keep]:
             shutil.rmtree(old)
     dist.barrier()
     return final
+
+
+def _write_json(path: Path, data: dict) -> None:
+    with open(path, "w") as handle:
+        json.dump(data, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def load(path: str | Path, model, optimizer) -> dict:

@@ -3,6 +3,7 @@
 import argparse
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 import torch
@@ -13,13 +14,21 @@ from training.config import PP_SCHEDULES
 from training.metrics import SPIKE_POLICIES
 
 
+COMMANDS = """commands, each with its own --help:
+  train plan     before training: what a mixture asks of each source (--mixture), or memory per GPU (--gpus)
+  train export   a checkpoint as a Hugging Face Llama model (safetensors, config, tokenizer)
+  train ladder   a model ladder on a mixture: IsoFLOP runs, a scaling-law fit, a forecast it then checks"""
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="train",
-        description="Train a Llama-style decoder with FSDP2 (+ BF16 and FlashAttention on GPUs) on curated token shards, "
-        "mixed as a mixture YAML says. Run as is, it launches itself under torchrun on this machine (CUDA GPUs, else "
-        "2 CPU ranks with gloo); on many nodes launch it yourself: torchrun --nnodes N ... -m training --mixture .... "
-        "`train plan --mixture FILE` shows what the mixture asks of each source first.",
+        description=textwrap.fill("Train a Llama-style decoder with FSDP2 (+ BF16 and FlashAttention on GPUs) on curated "
+        "token shards, mixed as a mixture YAML says. Run as is, it launches itself under torchrun on this machine (CUDA "
+        "GPUs, else 2 CPU ranks with gloo); on many nodes launch it yourself: torchrun --nnodes N ... -m training "
+        "--mixture .... `train plan --mixture FILE` shows what the mixture asks of each source first.", 100),
+        epilog=COMMANDS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the epilog's one line per command, as written
     )
     parser.add_argument("--mixture", required=True, help="mixture YAML, e.g. mixtures/web70_code20.yaml")
     parser.add_argument("--config", default="tiny", help="preset tiny|tiny-untied|small|1b|7b|70b, or a YAML file of training settings")
@@ -123,6 +132,7 @@ def cmd_plan(argv: list[str]) -> int:
     from rich.table import Table
 
     from training.config import load_config
+    from training.data import check_batches
     from training.mixture import MixtureError, load_mixture
     from training.plan import CHINCHILLA_TOKENS_PER_PARAM, over_cap, plan
 
@@ -135,6 +145,8 @@ def cmd_plan(argv: list[str]) -> int:
     try:
         mixture = load_mixture(args.mixture)
         config = load_config(args.config, steps=args.steps)
+        _check_mixture(mixture)
+        check_batches(mixture, config.base_shape(), 1)  # on one rank: `train` checks its own rank count too
         params = _num_params(config, mixture)
         base = config.base_shape()
         if args.tokens or args.chinchilla:
@@ -214,16 +226,34 @@ def cmd_memory_plan(args) -> int:
     console.print(table)
     chosen = mp.choose(estimates, budget)
     if chosen is None:
-        least = min(estimates, key=lambda e: e.total(True), default=None)
-        smallest = f"; the smallest is {least.total(True) / mp.GiB:.1f} GiB ({least.layout.describe()}, AC)" if least else ""
-        print(f"train plan: no layout of {args.config} fits {args.gpus} GPUs of {args.gpu_memory:g} GiB{smallest}: more GPUs, "
-              "a shorter --seq-len or a smaller --micro-batch", file=sys.stderr)  # fmt: skip
+        print(f"train plan: {_no_fit(args, model, config, estimates, budget, param_bytes)}", file=sys.stderr)
         return 1
     best, checkpointing, reason = chosen
     flags = " ".join(f"--{name.replace('_', '-')} {size}" for name, size in vars(best.layout).items() if size > 1)
     print(f"chosen: {best.layout.describe()}{' + activation checkpointing' if checkpointing else ''} "
                   f"({best.total(checkpointing) / mp.GiB:.1f} GiB per GPU; train {flags or '(no layout flags)'}): {reason}")  # fmt: skip
     return 0
+
+
+def _no_fit(args, model, config, estimates, budget: float, param_bytes: int) -> str:
+    """Why no layout fits, and what would help: when the training state alone (weights, gradients, AdamW states, FSDP
+    buffers: none of it depends on the sequence) is over the budget on every layout, only sharding it over more GPUs
+    or a smaller model does, and the line names the fewest GPUs (doubling) that fit."""
+    from training import memory_plan as mp
+
+    least = min(estimates, key=lambda e: e.total(True))
+    line = (f"no layout of {args.config} fits {args.gpus} GPUs of {args.gpu_memory:g} GiB; the smallest is "
+            f"{least.total(True) / mp.GiB:.1f} GiB ({least.layout.describe()}, AC)")  # fmt: skip
+    state = min(e.params + e.grads + e.optimizer + e.gathered for e in estimates)
+    if state <= budget:
+        return line + ": more GPUs, a shorter --seq-len or a smaller --micro-batch"
+    enough = next((gpus for gpus in (args.gpus * 2**k for k in range(1, 21)) if mp.choose(
+        [mp.estimate(model, layout, config.seq_len, config.micro_batch, param_bytes, args.scores_stored)
+         for layout in mp.layouts(model, gpus, args.gpus_per_node)], budget)), None)  # fmt: skip
+    shard = f"{enough} such GPUs fit" if enough else f"no count up to {args.gpus * 2**20:,} fits"
+    return (line + f", and the weights, gradients and AdamW states alone take {state / mp.GiB:.1f} GiB per GPU (no shorter "
+            f"--seq-len or smaller --micro-batch helps): shard them with FSDP over more GPUs ({shard}), or train a "
+            "smaller model")  # fmt: skip
 
 
 def _vocab_size(mixture) -> int:
@@ -247,13 +277,10 @@ OVERRIDES = ("steps", "seq_len", "global_batch", "micro_batch", "lr", "dtype", "
 VALIDATED = "TRAIN_VALIDATED"  # set by `train` for the ranks it launches, which skip what it checked
 
 
-def _check_data(args, mixture, config, layout):
-    """Shards and tokenizer found and shared, repetition within the sources' caps, every phase's batch split over
-    the layout's data-parallel ranks (and pipeline micro-batches), the layout fits the model: raises MixtureError or ValueError with one line. Returns the shards read (None under a torchrun
-    launched by hand, whose every rank would read every shard)."""
-    from training.data import check_batches, read_sources
+def _check_mixture(mixture) -> None:
+    """What `train` and `train plan` both refuse in a mixture: a source without shards, no tokenizer, sources
+    tokenized with another tokenizer, shards changed since `curate tokenize`; raises MixtureError with one line."""
     from training.mixture import MixtureError
-    from training.plan import over_cap, plan
 
     for name in mixture.source_names():
         mixture.shard_files(name)
@@ -261,6 +288,17 @@ def _check_data(args, mixture, config, layout):
         raise MixtureError(f"tokenizer not found: {mixture.tokenizer_path()}")
     mixture.check_one_tokenizer()
     mixture.check_shards_intact()
+
+
+def _check_data(args, mixture, config, layout):
+    """The mixture's checks (_check_mixture), repetition within the sources' caps, every phase's batch split over the
+    layout's data-parallel ranks (and pipeline micro-batches), the layout fits the model: raises MixtureError or
+    ValueError with one line. Returns the shards read (None under a torchrun launched by hand, whose every rank would
+    read every shard)."""
+    from training.data import check_batches, read_sources
+    from training.plan import over_cap, plan
+
+    _check_mixture(mixture)
     check_batches(mixture, config.base_shape(), layout.dp)
     layout.check_model(config.model_config_for(_vocab_size(mixture)))
     if layout.pp > 1:
@@ -276,15 +314,21 @@ def _check_data(args, mixture, config, layout):
     return shards
 
 
-def _check_resume(args, mixture, config, shards) -> tuple[Path | None, dict]:
+def _check_resume(args, mixture, config, shards, speaker: bool) -> tuple[Path | None, dict]:
     """The checkpoint a run continues from and its train state: no run clobbered, a resume with the run's seed and
-    sequence lengths, scored on the held-out slice it began with; raises ValueError with one line."""
+    sequence lengths, scored on the held-out slice it began with; raises ValueError with one line. A resume says in
+    one line each newer checkpoint it skips as incomplete (the one it resumes from is loaded without a doubt)."""
     import json
 
     from training import checkpoint
     from training.data import check_resumable
 
-    previous = checkpoint.latest(Path(args.out) / "checkpoints")
+    skipped: list[tuple[Path, str]] = []
+    previous = checkpoint.latest(Path(args.out) / "checkpoints", skipped)
+    if args.resume and speaker:
+        for path, why in skipped:
+            print(f"train: checkpoint {path} is incomplete ({why}): resuming from {previous.name if previous else 'step 0'} "
+                  "instead; a save at its step replaces it", file=sys.stderr)  # fmt: skip
     if previous is None:
         return None, {}
     if not args.resume:
@@ -342,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.max_restarts < 0:
             raise ValueError(f"--max-restarts {args.max_restarts}: give 0 (no restarts) or more")
+        if args.ranks is not None and args.ranks < 1:
+            raise ValueError(f"--ranks {args.ranks}: give 1 or more processes (or leave it out: the GPUs, else 2)")
         mixture = load_mixture(args.mixture)
         config = load_config(args.config, **{k: getattr(args, k) for k in OVERRIDES})
         ranks = args.ranks or config.parallelism.ranks() or torch.cuda.device_count() or 2
@@ -350,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
             fp8.check(config.fp8, torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu"))
             shards = _check_data(args, mixture, config, layout)
             lock = _lock(out) if speaker else None
-            previous, state = _check_resume(args, mixture, config, shards)
+            previous, state = _check_resume(args, mixture, config, shards, speaker)
             if previous and state["step"] >= config.steps:
                 if speaker:
                     print(f"train: {out} is already at step {state['step']} (--steps {config.steps}): nothing to train; "

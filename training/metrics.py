@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import resource
 from collections import deque
 from pathlib import Path
@@ -16,6 +17,7 @@ if TYPE_CHECKING:  # pandas only to load metrics: a GPU image may lack it
 
 METRICS_FILE = "metrics.jsonl"
 EVENTS_FILE = "events.jsonl"
+LINEAGE_FILE = "lineage.jsonl"
 SPIKE_POLICIES = ("log", "skip", "rewind")  # what a step does about a spike (see trainer.spike_action)
 # dense BF16 tensor-core peak per device, FLOP/s
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "B200": 2250e12, "L40S": 362e12}
@@ -67,6 +69,25 @@ class SpikeDetector:
         self.in_a_row = 0
         self.recent.append(loss)
         return None
+
+
+def keep_through(out: Path, step: int) -> None:
+    """Drop every record past `step` from the run's step logs (metrics, events, lineage), each rewritten atomically: a
+    run resumed from its step-S checkpoint (S = 0: a fresh start) logs S+1 on, and a killed run's later steps, or an
+    older run's, would otherwise stay beside its own in the notebooks and the report. A line a kill cut goes too."""
+    for name in (METRICS_FILE, EVENTS_FILE, LINEAGE_FILE):
+        path, tmp = out / name, out / f"{name}.tmp"
+        if not path.is_file():
+            continue
+        with open(path) as lines, open(tmp, "w") as kept:
+            for line in lines:
+                try:
+                    keep = json.loads(line)["step"] <= step
+                except (ValueError, KeyError, TypeError):
+                    keep = False
+                if keep:
+                    kept.write(line if line.endswith("\n") else line + "\n")
+        os.replace(tmp, path)
 
 
 class MetricsWriter:
@@ -137,5 +158,5 @@ def load(run_dir: str) -> pd.DataFrame:
     if not path.is_file():
         raise FileNotFoundError(f"no {METRICS_FILE} in {run_dir}: is it the --out folder of `train`?")
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    # a resumed run logs again the steps after its checkpoint: the last record of a step is the one that counts
+    # a rewind to a checkpoint (--spike-policy rewind) logs its steps again: the last record of a step is the one that counts
     return pd.json_normalize(records).drop_duplicates("step", keep="last").reset_index(drop=True)

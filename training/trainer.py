@@ -20,7 +20,7 @@ from training.attention import choose_attention
 from training.config import TrainConfig
 from training.data import MixtureLoader, ValidationSet, read_sources
 from training.export import write_model_config
-from training.metrics import MetricsWriter, ProgressLine, SpikeDetector, peak_flops, peak_memory_mb
+from training.metrics import LINEAGE_FILE, MetricsWriter, ProgressLine, SpikeDetector, keep_through, peak_flops, peak_memory_mb
 from training.mixture import Mixture
 from training.mesh import Meshes, build
 from training.model import Transformer, flops_per_token
@@ -198,7 +198,7 @@ class StepLog:
         shape = loader.shapes[loader.phase]
         self.tokens += shape.tokens_per_step
         if config.lineage_every and done % config.lineage_every == 0 and not verdict:
-            with open(self.out / "lineage.jsonl", "a") as handle:
+            with open(self.out / LINEAGE_FILE, "a") as handle:
                 handle.write(json.dumps({"step": done, "loss": loss, "sequences": loader.last_step_documents()}) + "\n")
         if done % config.log_every and done != config.steps and validation is None:
             return
@@ -299,6 +299,7 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
         start = state["step"]
     device_name, peak = peak_flops(device)
     if rank == 0:
+        keep_through(out, start)
         log.info(f"model {config.model}: {num_params / 1e6:.2f}M params, "
                  f"{flops_per_token(model_config, num_params, config.seq_len) / 1e6:.1f} MFLOP/token; "
                  f"attention {attention_name}; {world} rank(s) on {device_name} ({'NCCL' if device.type == 'cuda' else 'gloo'}), "
