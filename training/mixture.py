@@ -219,14 +219,17 @@ class Mixture(BaseModel):
         by hand or by an older `curate tokenize`) are not checked."""
         checked, digests = [], {}  # digests: per stats.json, read once
         for name in self.source_names():
-            self._check_complete(name)
-            for path in self.shard_files(name) + self.validation_files(name):
+            files = self.shard_files(name) + self.validation_files(name)
+            for path in files:
                 stats_path = storage.sibling(path, STATS_FILE)
                 if stats_path not in digests:
                     if not storage.is_file(stats_path) and storage.is_dir(storage.sibling(path, PART_STATS_DIR)):
                         raise MixtureError(f"mixture {self.name!r}: {path.rsplit('/', 1)[0]}: `curate tokenize` did not "
                                            "finish here: rerun it")  # fmt: skip
                     digests[stats_path] = json.loads(storage.read_text(stats_path)).get(SHARDS_KEY) if storage.is_file(stats_path) else None
+            self._check_complete(name, set(files), digests)
+            for path in files:
+                stats_path = storage.sibling(path, STATS_FILE)
                 recorded = digests[stats_path]
                 if recorded is None:
                     continue
@@ -244,15 +247,13 @@ class Mixture(BaseModel):
                                    f"bytes, {expected['sha256'][:12]}): copy it again or tokenize again "
                                    f"(`curate tokenize {_run_of(path)}` redoes it)")  # fmt: skip
 
-    def _check_complete(self, name: str) -> None:
-        """Every shard a folder's stats.json lists that the source's patterns select is there: a part deleted or not
-        yet copied would otherwise train on less than `curate tokenize` wrote, without a word."""
+    def _check_complete(self, name: str, found: set[str], digests: dict[str, dict | None]) -> None:
+        """Every shard a folder's stats.json lists (`digests`, per stats.json) that the source's patterns select is
+        among the `found` files: a part deleted or not yet copied would otherwise train on less than `curate tokenize`
+        wrote, without a word."""
         patterns = self.sources[name].paths + self.sources[name].validation_paths
-        found = set(self.shard_files(name) + self.validation_files(name))
         for stats_path in sorted({storage.sibling(path, STATS_FILE) for path in found}):
-            if not storage.is_file(stats_path):
-                continue
-            listed = json.loads(storage.read_text(stats_path)).get(SHARDS_KEY) or {}
+            listed = digests[stats_path] or {}
             wanted = [storage.sibling(stats_path, shard) for shard in sorted(listed)]
             missing = [path for path in wanted if path not in found and any(fnmatch.fnmatchcase(path, p) for p in patterns)]
             if missing:
