@@ -26,6 +26,7 @@ from curation.sources import ReadResult
 from curation.sources.readers import read_batches
 from curation.stats import drop_samples
 from curation.worker_stages import worker_stage
+from shard_contract import file_digest
 
 READ_REMOVED_SCHEMA = pa.schema([("path", pa.string()), ("drop_reason", pa.string()), ("bytes", pa.int64())])
 
@@ -206,6 +207,9 @@ def _close(task: SegmentTask, run: _StageRun) -> dict:
         for writer in (run.part, run.removed):
             if writer:
                 writer.close()
+        if run.part and task.folder.fs.exists(run.part.path):  # what a reader of the run checks the part against
+            with task.folder.fs.open(run.part.path, "rb") as handle:
+                run.stats["part_sha256"] = file_digest(handle)[1]
         stage = worker_stage(task.recipe, run.index - 1, task.hashes[run.index]) if run.index else None
         if stage is not None and stage.report_name:
             path = task.folder.report(run.index, task.shard)

@@ -67,8 +67,8 @@ def curated_parts(run_dir: str) -> list[str]:
     return [part.path for part in listed_parts(run_dir)]
 
 
-def listed_parts(run_dir: str) -> list[Part]:
-    """`curated_parts` with their sizes and versions, from one listing."""
+def listed_parts(run_dir: str, verify: bool = True) -> list[Part]:
+    """`curated_parts` with their sizes and versions, from one listing; `verify`: each part's sha256 checked too."""
     fs, root = fsspec.core.url_to_fs(run_dir, use_listings_cache=False)
     manifest = f"{root.rstrip('/')}/manifest.json"
     if not fs.exists(manifest):
@@ -86,8 +86,24 @@ def listed_parts(run_dir: str) -> list[Part]:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise FileNotFoundError(f"{run_dir}/{last}: {len(missing)} of the {len(recorded)} parts its manifest.json lists "
                                 f"finished are missing ({shown}): rerun `curate run` with the same arguments to write them again")  # fmt: skip
-    listed = sorted(part_name(int(shard)) for shard in recorded)  # a part the manifest does not list is not the run's
-    return [Part(run_dir, found[name][0], int(found[name][1]["size"]), _version(found[name][1])) for name in listed]
+    listed = {part_name(int(shard)): stats.get("part_sha256") for shard, stats in recorded.items()}  # the run's parts
+    if verify:
+        _check_intact(fs, [(found[name][0], sha256) for name, sha256 in sorted(listed.items()) if sha256])
+    return [Part(run_dir, found[name][0], int(found[name][1]["size"]), _version(found[name][1])) for name in sorted(listed)]
+
+
+def _check_intact(fs, parts: list[tuple[str, str]]) -> None:
+    """Each part has the sha256 `curate run` recorded when it wrote it (runs written before it recorded one are not
+    checked): a part changed in place would otherwise be tokenized as if it were the run's."""
+    def read(path: str) -> str:
+        with fs.open(path, "rb") as handle:
+            return file_digest(handle)[1]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for (path, recorded), sha256 in zip(parts, pool.map(read, [path for path, _ in parts])):
+            if sha256 != recorded:
+                raise ValueError(f"{path} changed after `curate run` wrote it (sha256 {sha256[:12]}; its manifest.json "
+                                 f"records {recorded[:12]}): delete it and rerun `curate run` with the same arguments")  # fmt: skip
 
 
 def _version(info: dict) -> str:
@@ -483,8 +499,8 @@ def tokenize_runs(run_dirs: list[str], tokenizer_path: str | None = None, vocab_
 
     if not 0 <= validation_fraction < 1:
         raise ValueError(f"--validation-fraction {validation_fraction} is not in [0, 1)")
-    for run_dir in run_dirs:  # every run checked before any is locked or written
-        listed_parts(run_dir)
+    for run_dir in run_dirs:  # every run checked before any is locked or written (its parts' bytes once, below)
+        listed_parts(run_dir, verify=False)
     locks = {}
     try:  # no `curate run` rewrites a run's parts, and no other tokenize its tokens/, while this one reads and writes
         for run_dir in run_dirs:

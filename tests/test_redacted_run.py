@@ -70,3 +70,32 @@ def test_boundary_parts_before_redaction_are_deleted_and_the_run_still_resumes(t
     assert redone.returncode == 0, redone.stdout + redone.stderr
     assert pq.read_table(final).equals(pq.read_table(unsafe / "09_decontam" / "part-00000.parquet"))
     assert holding_secrets(run) == []
+
+
+def test_tokenize_refuses_a_curated_part_changed_after_curate_run_wrote_it(tmp_path):
+    """`curate run` records each written part's sha256 in the manifest; a flipped byte is refused in one line, and
+    the advice (delete it, rerun `curate run`) gives back the part it wrote."""
+    import json
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("A plain paragraph about rivers, hills and the weather in spring.\n" * 4)
+    run = tmp_path / "run"
+    done = curate("run", "text-corpus", "--input", str(folder), "--output", str(run), "--num-cpus", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    part = next((run / "05_pii").glob("part-*.parquet"))
+    recorded = json.loads((run / "manifest.json").read_text())["stages"]["05_pii"]["shards"]["0"]["part_sha256"]
+    import hashlib
+
+    original = part.read_bytes()
+    assert hashlib.sha256(original).hexdigest() == recorded
+    part.write_bytes(original[:60] + bytes([original[60] ^ 1]) + original[61:])
+    refused = curate("tokenize", str(run), "--vocab-size", "300", "--num-cpus", "1")
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        f"curate: {part} changed after `curate run` wrote it (sha256 {hashlib.sha256(part.read_bytes()).hexdigest()[:12]}; "
+        f"its manifest.json records {recorded[:12]}): delete it and rerun `curate run` with the same arguments"
+    ]
+    part.unlink()
+    again = curate("run", "text-corpus", "--input", str(folder), "--output", str(run), "--num-cpus", "1")
+    assert again.returncode == 0 and part.read_bytes() == original
+    assert curate("tokenize", str(run), "--vocab-size", "300", "--num-cpus", "1").returncode == 0
