@@ -29,7 +29,8 @@ def positive_int(value: str) -> int:
 def input_arguments(parser: argparse.ArgumentParser) -> None:
     """What `curate run` and `curate ablate` read: files, a Common Crawl crawl, or the sample snapshot; and where Ray runs."""
     parser.add_argument("--input", action="append", metavar="PATH_OR_GLOB",
-                        help="WARC/WET files: local paths, globs or fsspec URLs (s3://, https://); for code-corpus: "
+                        help="WARC/WET files: local paths, globs or fsspec URLs (s3://, https://), and local folders or "
+                        ".html/.htm(.gz) files of saved web pages; for code-corpus: "
                         "repository folders (git checkouts read as `git ls-files`), a folder of them, .tar.gz/.zip "
                         "archives, *.dist-info folders, Parquet in The Stack's layout; repeatable")  # fmt: skip
     parser.add_argument("--snapshot", metavar="CC-MAIN-YYYY-WW",
@@ -186,24 +187,44 @@ def _parser(more: dict | None = None) -> argparse.ArgumentParser:
 
 
 def text_inputs(args, console: Console) -> tuple[list[str], str]:
-    """Directories or files of prose, checked here: a wrong path is one line before Ray starts, not a traceback."""
+    """Directories or files of prose; without --input, Python's reference docs."""
     from curation.sources import python_docs
-    from curation.sources.text_corpus import SUFFIXES, supported, text_files
+    from curation.sources.text_corpus import SUFFIXES, readable
 
     if not args.input:
         paths = python_docs.ensure()
         console.print(f"[bold]No --input: curating Python's shipped reference docs[/] (help() topics and module "
                       f"docstrings, {len(paths)} shards in {Path(paths[0]).parent}/)")  # fmt: skip
         return paths[: args.max_files], args.snapshot or f"python-docs-{Path(paths[0]).parent.name}"
+    wanted = f"{'/'.join(SUFFIXES)} files nor WikiExtractor output"
+    return local_inputs(args, "text", readable, wanted), args.snapshot or "local"
+
+
+def html_inputs(args) -> tuple[list[str], str]:
+    """Directories or files of saved web pages."""
+    from curation.sources.html_pages import PAGE_SUFFIXES, is_page
+
+    if not args.input:
+        raise SystemExit("curate: an html source has no built-in input: give --input, a folder or file of web pages")
+    return local_inputs(args, "html", is_page, f"{'/'.join(PAGE_SUFFIXES)} pages"), args.snapshot or "local"
+
+
+def local_inputs(args, kind: str, readable, wanted: str) -> list[str]:
+    """Local directories or files of a kind (text, html), checked here: a wrong path is one line before Ray starts,
+    not a traceback."""
+    from curation.sources.local_files import input_files
+
     inputs = []
     for pattern in args.input:
+        if "://" in pattern:
+            raise SystemExit(f"curate: --input {pattern!r}: a {kind} source reads local folders and files; copy it here")
         for path in sorted(glob.glob(pattern)) or [pattern]:
             if not os.path.exists(path):
                 raise SystemExit(f"curate: --input {path!r} does not exist")
-            if not any(map(supported, text_files(path))):
-                raise SystemExit(f"curate: --input {path!r} has no {'/'.join(SUFFIXES)} files")
+            if not any(map(readable, input_files(path, kind))):
+                raise SystemExit(f"curate: --input {path!r} has no {wanted}")
             inputs.append(str(Path(path).resolve()))
-    return sorted(dict.fromkeys(inputs))[: args.max_files], args.snapshot or "local"
+    return sorted(dict.fromkeys(inputs))[: args.max_files]
 
 
 FOLDER_NOTES = re.compile(r"(?i)^(readme|index|manifest|repos|repositories)\b.*\.(md|txt|rst|csv|json)$|^readme$")
@@ -251,24 +272,33 @@ def resolve_inputs(args, console: Console, kind: str = "warc") -> tuple[list[str
         return text_inputs(args, console)
     if kind == "code":
         return code_inputs(args, console)
+    if kind == "html":
+        return html_inputs(args)
     if args.input:
         import fsspec
         from fsspec.implementations.local import LocalFileSystem
 
+        from curation.sources.html_pages import has_pages
+
         files = []
         for pattern in args.input:
             fs, path = fsspec.core.url_to_fs(pattern)
+            local = isinstance(fs, LocalFileSystem)
             # `?` and `[0-3]` glob as `*` does (fsspec's open_files expands `*` only), unless a file has that very name;
             # in an http(s) URL `?` starts the query
             web = pattern.startswith(("http://", "https://"))
             globbed = ("*" in path if web else glob.has_magic(path)) and not fs.exists(path)
-            matched = [m for m in sorted(fs.glob(path)) if not fs.isdir(m)] if globbed else [path]
+            # a local folder of web pages is an input (read as html); a glob passes over other folders
+            matched = [m for m in sorted(fs.glob(path)) if not fs.isdir(m) or local and has_pages(m)] if globbed else [path]
             if not matched:
                 raise SystemExit(f"curate: --input {pattern!r} matches no file")
-            names = [m if isinstance(fs, LocalFileSystem) else fs.unstrip_protocol(m) for m in matched]
-            missing = [name for name, m in zip(names, matched) if not fs.isfile(m)]
-            if missing:  # a plain path (no glob) comes back whether or not it exists
-                raise SystemExit(f"curate: --input {missing[0]!r} is not a file")
+            names = [m if local else fs.unstrip_protocol(m) for m in matched]
+            for name, m in zip(names, matched):
+                if local and fs.isdir(m) and not has_pages(m):
+                    raise SystemExit(f"curate: --input {name!r} is a folder without .html/.htm pages: name its WARC files "
+                                     f"(a glob such as {os.path.join(name, '*.warc.gz')!r})")  # fmt: skip
+                if not (fs.isfile(m) or local and fs.isdir(m)):  # a plain path (no glob) comes back whether or not it exists
+                    raise SystemExit(f"curate: --input {name!r} is not a file")
             files += names
         files = sorted(dict.fromkeys(files))[: args.max_files]
         return files, args.snapshot or snapshot_of(files[0]) or "unknown"

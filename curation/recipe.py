@@ -19,16 +19,21 @@ class RecipeError(ValueError):
 class SourceSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     kind: str = Field(
-        "warc", pattern="^(warc|parquet|code|text)$",
-        description="warc reads WARC and WET files alike; parquet documents with a `text` column; code a directory per "
-        "repository; text a directory or file of .txt/.md/.jsonl(.gz)/.parquet documents (books, papers, manuals)",
+        "warc", pattern="^(warc|parquet|code|text|html)$",
+        description="warc reads WARC and WET files alike, and a local directory or .html/.htm(.gz) file as html does, so "
+        "a run can mix them; parquet documents with a `text` column; code a directory per repository; text a directory "
+        "or file of .txt/.md/.jsonl(.gz)/.parquet documents or WikiExtractor output (books, papers, manuals, Wikipedia); "
+        "html a directory or file of saved web pages (.html/.htm/.xhtml, .html.gz/.htm.gz), a page each, its URL from "
+        "sidecar files where there are some",
     )  # fmt: skip
     source: str = "web"
-    max_payload_bytes: int = Field(5_000_000, gt=0, description="warc: per record; text: per file when set, else 50 MB")
+    max_payload_bytes: int = Field(
+        5_000_000, gt=0, description="warc: per record; html: per page, gzipped and not; text: per file when set, else 50 MB"
+    )
     batch_documents: int = Field(
-        250, gt=0, description="warc: pages read and run through the first stages together, which bounds a worker's "
-        "memory by the batch instead of the file (a Common Crawl file holds ~45,000 pages); 250 holds a worker ~25 MiB "
-        "below 1,000 at the same speed (docs/benchmarks.md)",
+        250, gt=0, description="warc and html: pages read and run through the first stages together, which bounds a "
+        "worker's memory by the batch instead of the file (a Common Crawl file holds ~45,000 pages); 250 holds a worker "
+        "~25 MiB below 1,000 at the same speed (docs/benchmarks.md)",
     )  # fmt: skip
 
 

@@ -383,15 +383,19 @@ class Ablation:
         return {ALL: np.ones(len(ids), dtype=bool), KEPT: kept, REMOVED: ~kept}
 
     def score(self, run: str, folder: Path) -> dict:
-        path = self.out / "scores" / f"{run}.json"
-        if path.is_file():
-            return json.loads(path.read_text())
-        from training.choices import score_run
+        return scores_once(self.out / "scores" / f"{run}.json", folder, self.benchmarks)
 
-        scores = {name: asdict(result) for name, result in score_run(folder, self.benchmarks).items()}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(LOCAL, str(path), scores)
-        return scores
+
+def scores_once(path: Path, folder: Path, benchmarks: dict[str, list]) -> dict:
+    """A training run's benchmark scores, each item's kept, written to `path` once: a rerun reads them back."""
+    if path.is_file():
+        return json.loads(path.read_text())
+    from training.choices import score_run
+
+    scores = {name: asdict(result) for name, result in score_run(folder, benchmarks).items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(LOCAL, str(path), scores)
+    return scores
 
 
 def shared_stages(base: Recipe, recipe: Recipe, inputs: list[str], snapshot: str) -> list[str]:

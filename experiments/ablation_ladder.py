@@ -21,8 +21,10 @@ from experiments.scaling_fit import Law, bootstrap
 
 def ladder_spec(mixture: Path, smallest_tokens: int, vocab: int, max_epochs: float) -> LadderSpec:
     """The cpu preset's widths at three doubling budgets, the largest what the smallest width trains on the
-    smallest variant's data within max_epochs (so every variant's every rung fits its data)."""
-    spec = LadderSpec(**(PRESETS["cpu"] | {"mixture": str(mixture), "forecast": False}))
+    smallest variant's data within max_epochs (so every variant's every rung fits its data). No bracketing rungs:
+    they would differ between variants (each follows its own losses), where the comparison pairs the same rungs,
+    and a width below the smallest would repeat the data past max_epochs; a law they leave unpinned says so."""
+    spec = LadderSpec(**(PRESETS["cpu"] | {"mixture": str(mixture), "forecast": False, "bracket": 0}))
     per_token = model_size(spec, spec.widths[0], vocab)[2]
     top = 0.95 * smallest_tokens * max_epochs * per_token
     return spec.model_copy(update={"budgets": [top / 4, top / 2, top]})
@@ -36,7 +38,8 @@ def run_ladders(out: Path, mixtures: dict[str, Path], smallest_tokens: int, voca
         spec = ladder_spec(mixture, smallest_tokens, vocab, max_epochs)
         summaries[name] = run_ladder(Ladder(spec, str(out / "ladder" / name), log=log))
     return {"variants": {name: {"law": s["fits"]["total"]["law"], "intervals": s["fits"]["total"]["intervals"],
-                                "rungs": s["rungs"]} for name, s in summaries.items()},
+                                "identification": s["fits"]["total"]["identification"], "rungs": s["rungs"]}
+                         for name, s in summaries.items()},
             "pairs": [compare_pair(a, b, summaries[a]["rungs"], summaries[b]["rungs"], summaries[a]["fits"]["total"]["law"],
                                    summaries[b]["fits"]["total"]["law"]) for a, b in itertools.combinations(summaries, 2)]}  # fmt: skip
 

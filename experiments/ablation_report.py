@@ -73,16 +73,19 @@ def ladder_table(ladder: dict) -> pd.DataFrame:
         rows.append({"pair": f"{first} vs {second}",
                      "better at each rung (by compute)": ", ".join(order["better"] for order in pair["rungs"]),
                      "decision accuracy": pair["decision_accuracy"], "smallest rung's order holds": pair["smallest_order_holds"],
-                     f"tokens of {second} to match {first}, x [95%]": multiple(pair, f"tokens_of_{second}_to_match_{first}"),
-                     f"tokens of {first} to match {second}, x [95%]": multiple(pair, f"tokens_of_{first}_to_match_{second}")})  # fmt: skip
+                     f"tokens of {second} to match {first}, x [95%]": multiple(pair, f"tokens_of_{second}_to_match_{first}", ladder),
+                     f"tokens of {first} to match {second}, x [95%]": multiple(pair, f"tokens_of_{first}_to_match_{second}", ladder)})  # fmt: skip
     return pd.DataFrame(rows).set_index("pair")
 
 
-def multiple(pair: dict, key: str) -> str:
-    """Tokens to match as a multiple of the largest rung's tokens, with its interval."""
+def multiple(pair: dict, key: str, ladder: dict) -> str:
+    """Tokens to match as a multiple of the largest rung's tokens, with its interval; flagged when a law it comes
+    from is not identified (scaling_fit.identification)."""
     tokens = pair["at"]["tokens"]
     low, high = pair.get(f"{key}_interval", [math.nan, math.nan])
-    return f"{pair[key] / tokens:.3g} [{low / tokens:.3g}, {high / tokens:.3g}]"
+    unpinned = [name for name in pair["variants"] if not ladder["variants"][name]["identification"]["identified"]]
+    flag = f" (law of {' and '.join(unpinned)} not identified)" if unpinned else ""
+    return f"{pair[key] / tokens:.3g} [{low / tokens:.3g}, {high / tokens:.3g}]{flag}"
 
 
 def data_scaling_lines(scaling: dict) -> list[str]:

@@ -43,6 +43,97 @@ def add_ablate_arguments(ablate) -> None:
     input_arguments(ablate)
 
 
+DECIDE_HELP = "train a ladder of sizes on several data recipes; how often the small sizes' ranking holds at the largest"
+
+
+def add_decide_arguments(decide) -> None:
+    decide.description = (
+        "Curates every input the spec names, holds a target set out of the target inputs before curation, tokenizes "
+        "all with one tokenizer, trains every data recipe (a weighting of the curated inputs) at every scale (widths "
+        "of the ladder preset's shape rule, tokens_per_param tokens per parameter) with its seeds, scores every run "
+        "on the target documents and the evaluation sets (accuracy and the right answer's log-probability per "
+        "character), and reports per metric and smaller scale the decision accuracy: the share of the pairs resolved "
+        "at the largest scale that the smaller scale orders the same way, with a bootstrap interval. Writes "
+        "OUT/results.json and OUT/report.html; a rerun resumes every step and retrains nothing finished."
+    )  # fmt: skip
+    decide.add_argument("decision", help="decision YAML: curated, recipes, target, evals, widths, seeds, ... "
+                        "(experiments/decisions/real-text.yaml)")  # fmt: skip
+    decide.add_argument("--out", default="runs/decide", help="decision folder (default runs/decide)")
+    decide.add_argument("--parallel", type=positive_int, help="runs trained side by side (default 2: one per core)")
+    decide.add_argument("--plan", action="store_true", help="print the scales and their cost, curate and train nothing")
+    decide.add_argument("--ray-address", help="an existing Ray cluster for the curation (default: a local one)")
+    decide.add_argument("--num-cpus", type=positive_int, help="CPUs of the local Ray (default: all)")
+
+
+def cmd_decide(args) -> int:
+    from curation import runner, stats
+    from experiments.decide import Decision, load_decision, run_decision
+
+    console = make_console()
+    try:
+        decision = Decision(load_decision(args.decision, parallel=args.parallel), args.out, log=console.print)
+    except (ValueError, OSError) as error:
+        print(f"curate decide: {error}", file=sys.stderr)
+        return 2
+    if args.plan:
+        _print_decision_plan(decision, console)
+        return 0
+
+    def curate(recipe, inputs: list[str], output: str, snapshot: str) -> None:
+        result = runner.run(recipe, inputs, output, snapshot, ray_address=args.ray_address, num_cpus=args.num_cpus)
+        if result.failures:
+            raise RuntimeError(f"curating {recipe.name}: {len(result.failures)} shard(s) failed, e.g. {result.failures[0].error}")
+        stats.print_funnel(stats.stage_totals(output), console)
+
+    results, code = _resumable("curate decide", f"runs are kept in {args.out}", lambda: run_decision(decision, curate))
+    if code:
+        return code
+    _print_decision(results, console)
+    console.print(f"report: {Path(args.out) / 'report.html'} ({results['wall_seconds']:.0f} s)")
+    return 0
+
+
+def _resumable(command: str, kept: str, work):
+    """(work's result, 0); or (None, 1) after its error in one line; or (None, 130) on Ctrl-C, saying how to resume."""
+    try:
+        return work(), 0
+    except (RuntimeError, ValueError, OSError) as error:
+        print(f"{command}: {error}", file=sys.stderr)
+        return None, 1
+    except KeyboardInterrupt:
+        print(f"{command}: stopped; rerun the same command to resume (finished {kept})", file=sys.stderr)
+        return None, 130
+
+
+def _print_decision_plan(decision, console: Console) -> None:
+    from experiments.ladder import model_size
+
+    spec, flops = decision.spec, []
+    vocab = spec.vocab_size
+    for width, seeds in zip(spec.widths, spec.seeds):
+        params, _, per_token = model_size(decision.ladder_spec, width, vocab)
+        tokens = spec.tokens_per_param * params
+        flops.append(tokens * per_token)
+        console.print(f"w{width}: {params:,} params (at {vocab:,} tokens), {tokens:,.0f} tokens, {flops[-1]:.2e} FLOPs, "
+                      f"{seeds} seeds x {len(spec.recipes)} recipes")  # fmt: skip
+    total = sum(f * s for f, s in zip(flops, spec.seeds)) * len(spec.recipes)
+    console.print(f"{flops[-1] / flops[0]:.1f}x compute from the smallest scale to the largest; {total:.2e} FLOPs in all")
+
+
+def _print_decision(results: dict, console: Console) -> None:
+    from experiments.decide_report import accuracy_table, forecast_table, value_table
+
+    console.print("target loss per recipe and scale (mean over seeds, 95% interval):")
+    console.print(value_table(results).to_string(), markup=False)
+    console.print("decision accuracy against the target loss at the largest scale:")
+    console.print(accuracy_table(results, "against_target_loss").to_string(), markup=False)
+    console.print("forecast of the largest scale from the smaller ones:")
+    console.print(forecast_table(results).to_string(), markup=False)
+    best = results["best_at_smallest"]
+    if best["metric"]:
+        console.print(f"at the smallest scale {best['metric']} decides best: {best['accuracy']:.2f} of the resolved pairs")
+
+
 def add_report_arguments(report) -> None:
     report.add_argument("--training", metavar="TRAIN_OUT", help="also a training run's figures (the --out of `train`)")
     report.description = "A curation run's figures (plus a training run's with --training), or, given a `train ladder` " \
@@ -140,7 +231,8 @@ def _print_ablation(results: dict, console: Console) -> None:
         console.print("\n".join(data_scaling_lines(results["data_scaling"])), markup=False)
 
 
-CURATE_COMMANDS = {"ablate": (ABLATE_HELP, add_ablate_arguments, cmd_ablate), "report": ("", add_report_arguments, cmd_report)}
+CURATE_COMMANDS = {"ablate": (ABLATE_HELP, add_ablate_arguments, cmd_ablate),
+                   "decide": (DECIDE_HELP, add_decide_arguments, cmd_decide), "report": ("", add_report_arguments, cmd_report)}
 
 
 def curate_main(argv: list[str] | None = None) -> int:
@@ -165,7 +257,8 @@ def _ladder_parser() -> argparse.ArgumentParser:
         description="Train a model ladder on a mixture: IsoFLOP sets (every width at every compute budget; a width's "
         "depth and heads by one shape rule), each rung a `train` run scored on the mixture's held-out documents; fit "
         "Chinchilla's law L = E + A/N^alpha + B/D^beta (Approach 3, as Besiroglu et al. 2024 refit it, with bootstrap "
-        "intervals) and the IsoFLOP parabolas (Approach 2) as a cross-check; then forecast one larger held-out rung "
+        "intervals) and the IsoFLOP parabolas (Approach 2) as a cross-check, after adding widths past a set's smallest or "
+        "largest where its lowest loss is there (`bracket`), and say whether the law is identified; then forecast one larger held-out rung "
         "(the fitted compute-optimal size at holdout_factor x the largest budget) before training it and report the "
         "error. N is counted both ways (total, non-embedding). Writes OUT/fit.json and OUT/report.html; a rerun skips "
         "finished rungs and resumes a killed one from its checkpoint.",
@@ -204,15 +297,9 @@ def cmd_ladder(argv: list[str]) -> int:
     if args.plan:
         _print_rungs(ladder, console)
         return 0
-    try:
-        summary = run_ladder(ladder)
-    except (RuntimeError, ValueError) as error:
-        print(f"train ladder: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"train ladder: stopped; rerun the same command to resume (finished rungs are kept in {args.out}/results)",
-              file=sys.stderr)  # fmt: skip
-        return 130
+    summary, code = _resumable("train ladder", f"rungs are kept in {args.out}/results", lambda: run_ladder(ladder))
+    if code:
+        return code
     _print_fit(summary, console)
     console.print(f"fit: {Path(args.out) / 'fit.json'}, report: {Path(args.out) / 'report.html'} ({summary['wall_seconds']:.0f} s)")
     return 0
@@ -235,21 +322,43 @@ def _print_rungs(ladder, console: Console) -> None:
     flops = sum(rung.flops for rung in ladder.rungs) + ladder.spec.holdout_factor * max(ladder.spec.budgets)
     console.print(f"{flops:.2e} FLOPs in all: {flops / (GPU_PEAK_FLOPS * GPU_MFU) / 3600:.2g} GPU-hours on H100s at "
                   f"{GPU_MFU:.0%} MFU (dense bf16 peak {GPU_PEAK_FLOPS:.3g} FLOP/s)")  # fmt: skip
+    if ladder.spec.bracket:
+        console.print(f"Extra rungs may be added: up to {ladder.spec.bracket} more widths per budget (x or / 1.5, in "
+                      "8s) while its lowest loss is at its smallest or largest width; not in the count above")  # fmt: skip
 
 
 def _print_fit(summary: dict, console: Console) -> None:
+    for line in fit_lines(summary):
+        console.print(line, markup=False)
+
+
+def fit_lines(summary: dict) -> list[str]:
+    """The fitted law with its intervals, the budgets it answers (none, in one line that says why, when it is not
+    identified) and the held-out rung's forecast."""
+    from experiments.ladder import forecast_caveat
+    from experiments.ladder_report import interval_text
+    from experiments.scaling_fit import not_identified
+
     fit = summary["fits"][summary["count"]]
     law, intervals = fit["law"], fit["intervals"]
-    console.print(f"fitted law (N = {summary['count']} parameters): L = E + A/N^alpha + B/D^beta")
-    for name in ("E", "A", "alpha", "B", "beta"):
-        low, high = intervals[name]
-        console.print(f"  {name:5s} {law[name]:.4g}  95% [{low:.4g}, {high:.4g}]")
+    lines = [f"fitted law (N = {summary['count']} parameters): L = E + A/N^alpha + B/D^beta"]
+    lines += [f"  {name:5s} {law[name]:.4g}  95% {interval_text(intervals[name])}" for name in ("E", "A", "alpha", "B", "beta")]
+    verdict = not_identified(fit["identification"])
+    if verdict:
+        budgets = ", ".join(f"{row['flops']:.3g}" for row in fit["budgets"])
+        lines.append(f"the law is {verdict}. Budgets {budgets} FLOPs not answered (fit.json keeps their numbers under "
+                     "unidentified_law_numbers)")  # fmt: skip
+    else:
+        lines += [f"budget {row['flops']:.3g} FLOPs: N {row['params']:.4g} {interval_text(row['params_interval'])}, "
+                  f"D {row['tokens']:.4g} {interval_text(row['tokens_interval'])}, {row['tokens_per_param']:.4g} tokens "
+                  f"per parameter {interval_text(row['tokens_per_param_interval'])}, loss {row['loss']:.4f} "
+                  f"{interval_text(row['loss_interval'])}" for row in fit["budgets"]]  # fmt: skip
     forecast = summary["forecast"]
-    if forecast is None:
-        return
-    low, high = forecast["interval"]
-    console.print(f"held-out rung {forecast['run']}: forecast {forecast['predicted_loss']:.4f} [{low:.4f}, {high:.4f}], "
-                  f"measured {forecast['measured_loss']:.4f}: error {forecast['relative_error']:+.2%}")  # fmt: skip
+    if forecast is not None:
+        low, high = forecast["interval"]
+        lines.append(f"held-out rung {forecast['run']}: forecast {forecast['predicted_loss']:.4f} [{low:.4f}, {high:.4f}], "
+                     f"measured {forecast['measured_loss']:.4f}: error {forecast['relative_error']:+.2%}{forecast_caveat(forecast)}")  # fmt: skip
+    return lines
 
 
 def train_main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,9 @@ import math
 import numpy as np
 from scipy.interpolate import PchipInterpolator
 
-BETAS = np.geomspace(0.01, 4.0, 600)  # the exponents searched; E and B are linear given beta
+from experiments.scaling_fit import EXPONENT_RANGE, parameter_reasons
+
+BETAS = np.geomspace(*EXPONENT_RANGE, 600)  # the exponents searched; E and B are linear given beta
 
 
 def fit(fractions, losses) -> np.ndarray:
@@ -60,7 +62,7 @@ def compare(points: dict[str, list[dict]], tokens: np.ndarray, budget: int, base
     a variant's data runs out)."""
     documents, rng = len(tokens), np.random.default_rng(seed)
     draws = np.vstack([np.arange(documents), rng.integers(0, documents, (samples, documents))])
-    losses, laws, seed_spread = {}, {}, {}
+    losses, laws, seed_spread, checked = {}, {}, {}, {}
     for variant, entries in points.items():
         seeded = max(entries, key=lambda entry: len(entry["sums"]))["sums"]
         seed_spread[variant] = float(np.std(seeded.sum(1) / tokens.sum(), ddof=1)) if len(seeded) > 1 else 0.0
@@ -69,6 +71,7 @@ def compare(points: dict[str, list[dict]], tokens: np.ndarray, budget: int, base
             seed_spread[variant] / math.sqrt(len(entry["sums"])) for entry in entries]  # fmt: skip
         fractions = [entry["tokens"] / budget for entry in entries]
         laws[variant] = fit(fractions, losses[variant]) if len(entries) >= 3 else np.full((len(draws), 3), np.nan)
+        checked[variant] = identification(laws[variant], fractions, losses[variant][0], budget)
     at_budget = {variant: losses[variant][:, [entry["tokens"] for entry in points[variant]].index(budget)]
                  for variant in points}  # fmt: skip
     result = {"budget_tokens": budget, "documents": documents, "bootstrap_samples": samples, "variants": {}}
@@ -77,7 +80,7 @@ def compare(points: dict[str, list[dict]], tokens: np.ndarray, budget: int, base
         summary = {
             "points": [{"tokens": entry["tokens"], "runs": entry["runs"], "loss": float(losses[variant][0, i])}
                        for i, entry in enumerate(entries)],  # fmt: skip
-            "law": {"E": float(E), "B": float(B * budget**beta), "beta": float(beta), "identified": identified(laws[variant][0])},
+            "law": {"E": float(E), "B": float(B * budget**beta), "beta": float(beta)} | checked[variant],
             "seed_spread": seed_spread[variant],
         }
         if variant != base:
@@ -90,7 +93,7 @@ def compare(points: dict[str, list[dict]], tokens: np.ndarray, budget: int, base
                     "multiple_interval": quantiles(measured[1:], level), "trained_multiples": [min(fractions), max(fractions)],
                     "trained_tokens": [min(e["tokens"] for e in points[matching]), max(e["tokens"] for e in points[matching])],
                     "law_multiple": float(from_law[0]), "law_multiple_interval": quantiles(from_law[1:], level),
-                    "law_identified": identified(laws[matching][0]),
+                    "law_identified": checked[matching]["identified"], "law_not_identified_because": checked[matching]["reasons"],
                     "at_smaller_budgets": [
                         {"tokens": entry["tokens"], "loss": float(losses[target][0, i]),
                          "multiple": float(found[0] * budget / entry["tokens"]),
@@ -120,9 +123,18 @@ def between_points(fractions: list[float], losses: np.ndarray, targets: np.ndarr
     return found
 
 
-def identified(law) -> bool:
-    """A law whose exponent lies inside the searched range and whose floor E is a possible loss (>= 0)."""
-    return bool(np.isfinite(law).all() and BETAS[0] < law[2] < BETAS[-1] and law[0] >= 0)
+def identification(laws: np.ndarray, fractions: list[float], losses: np.ndarray, budget: int) -> dict:
+    """scaling_fit's check of a law's parameters (at a bound of its range, or a 95% interval over its spread) for
+    L = E + B / D^beta: `laws` (E, B, beta) rows, the fit to `losses` at `fractions` first, then its resampled refits."""
+    if np.isnan(laws[0]).any():
+        return {"identified": False, "reasons": ["no law: fewer than 3 token counts, or a loss not falling with tokens"]}
+    E, B, beta = laws[0]
+    with np.errstate(over="ignore"):
+        coefficients = laws[:, 1] * np.float64(budget) ** laws[:, 2]  # B in tokens, as the summary gives it
+    intervals = {"E": quantiles(laws[1:, 0], 0.95), "B": quantiles(coefficients[1:], 0.95), "beta": quantiles(laws[1:, 2], 0.95)}
+    terms = {"E": (E, E), "B": (coefficients[0], B / np.asarray(fractions) ** beta)}
+    reasons = parameter_reasons(terms, losses, {"beta": beta}, intervals)
+    return {"identified": not reasons, "reasons": reasons}
 
 
 def quantiles(values, level: float) -> list[float]:
@@ -133,7 +145,7 @@ def quantiles(values, level: float) -> list[float]:
 def describe(key: str, match: dict) -> str:
     """One line: the measured multiple of the budget with its interval, the law's, and the multiples at smaller budgets."""
     law_low, law_high = match["law_multiple_interval"]
-    law = "" if match["law_identified"] else ", not identified: its exponent at the search bound or E < 0"
+    law = "" if match["law_identified"] else f", not identified: {'; '.join(match['law_not_identified_because'])}"
     fewest, most = match["trained_tokens"]
     smaller = "".join(f"; at {point['tokens']:,} tokens {shown(point, fewest / point['tokens'], most / point['tokens'])}"
                       for point in match["at_smaller_budgets"])  # fmt: skip

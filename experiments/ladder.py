@@ -16,6 +16,13 @@ dimensions that divide the width, `ffn_hidden` = 8/3 x
 width rounded up to a multiple of 16, tied embeddings, peak lr = lr x lr_width / width (measured, `learning_rate`).
 N counts both ways: total (Chinchilla: every parameter) and
 non-embedding (Kaplan); a rung's FLOPs are the model's FLOPs per token (6N plus attention, training.model) x tokens.
+
+Bracketing: an IsoFLOP set whose lowest validation loss is at its smallest (largest) width has not found its
+optimum, and both of Chinchilla's approaches extrapolate from it. So after the sets train, each such budget gets the
+next width past that edge, `width_step`: width / 1.5 (x 1.5) rounded to a multiple of 8, at least 8, trained like
+any rung (named iso-<budget>-w<width>), until its lowest loss is inside or `bracket` widths were added to it (or the
+next would repeat its data past max_epochs). One rule for every corpus; the forecast is made after it, from every
+rung trained so far.
 """
 
 import ctypes
@@ -67,6 +74,8 @@ class LadderSpec(BaseModel):
     count: str = Field("total", description="the N the forecast and the headline use: total or non_embedding")
     budget_queries: list[float] = Field([1e21], description="compute budgets to answer: N, D, tokens per parameter, loss")
     forecast: bool = Field(True, description="forecast, then train, the held-out rung (an ablation's ladders skip it)")
+    bracket: int = Field(2, ge=0, description="extra widths per budget at most, added past its smallest or largest "
+                         "width while its lowest loss is there (0: none)")  # fmt: skip
 
     @field_validator("widths")
     @classmethod
@@ -148,6 +157,21 @@ def make_rung(spec: LadderSpec, width: int, budget: float, vocab: int, held_out:
     tokens = steps * tokens_per_step
     name = f"{'holdout' if held_out else 'iso'}-{budget:.1e}-w{width}".replace("+", "")
     return Rung(name, width, budget, steps, tokens, tokens * per_token, total, non_embedding, per_token, held_out)
+
+
+def width_step(width: int, up: bool) -> int:
+    """The next width of the bracketing grid past `width`: x 1.5 or / 1.5, rounded to a multiple of 8, at least 8."""
+    return max(8, 8 * round((width * 1.5 if up else width / 1.5) / 8))
+
+
+def bracketing_width(losses: dict[int, float]) -> int | None:
+    """The width to add to an IsoFLOP set (width -> validation loss) whose lowest loss is at its smallest or largest
+    width: one step past that edge. None when the lowest loss is inside, or no smaller width is left (width 8)."""
+    best = min(losses, key=losses.get)
+    if min(losses) < best < max(losses):
+        return None
+    beyond = width_step(best, up=best == max(losses))
+    return None if beyond == best else beyond
 
 
 def widths_nearest(spec: LadderSpec, params: float, vocab: int, count: str) -> list[int]:
@@ -275,16 +299,41 @@ class Ladder:
                 future.result()
         return [results[rung.name] for rung in rungs]
 
+    def bracket(self, points: list[dict]) -> list[dict]:
+        """The points with the bracketing rungs' (module docstring), trained a round at a time side by side."""
+        added = dict.fromkeys(self.spec.budgets, 0)
+        while True:
+            rungs = []
+            for budget in self.spec.budgets:
+                width = bracketing_width({p["width"]: p["val_loss"] for p in points if p["budget"] == budget})
+                if width is None or added[budget] >= self.spec.bracket:
+                    continue
+                rung = make_rung(self.spec, width, budget, self.vocab)
+                problem = self.over_cap(rung)
+                if problem:
+                    self.log(f"{budget:.2g} FLOPs: its lowest loss is at an edge of its widths, but {rung.name} would "
+                             f"{problem}; not bracketed")  # fmt: skip
+                    added[budget] = self.spec.bracket
+                    continue
+                self.log(f"{budget:.2g} FLOPs: its lowest loss is at an edge of its widths; bracketing with {rung.name}")
+                added[budget] += 1
+                rungs.append(rung)
+            if not rungs:
+                return points
+            points = points + self.train_all(rungs)
+
     def forecast(self, points: list[dict]) -> tuple[Rung, dict]:
         """The held-out rung (the fitted compute-optimal size at holdout_factor x the largest budget) and its
-        predicted loss, written before it trains; a rerun keeps the forecast it made."""
+        predicted loss, written before it trains with whether the law it came from is identified; a rerun keeps the
+        forecast it made."""
         path = self.out / "forecast.json"
         if path.is_file():
             made = json.loads(path.read_text())
             return make_rung(self.spec, made["width"], made["budget"], self.vocab, held_out=True), made
         budget = self.spec.holdout_factor * max(self.spec.budgets)
         column = COUNTS[self.spec.count]
-        law = scaling_fit.fit_law(*fit_arrays(points, column))
+        arrays = fit_arrays(points, column)
+        law = scaling_fit.fit_law(*arrays)
         k = median_flops_per_param_token(points, column)
         optimal_n, _ = law.optimal(budget, k)
         candidates = (make_rung(self.spec, width, budget, self.vocab, True)
@@ -294,12 +343,14 @@ class Ladder:
             raise ValueError(f"no width of the shape rule trains {budget:.2e} FLOPs within the mixture's max_epochs: "
                              "curate more data or lower holdout_factor")  # fmt: skip
         n = getattr(rung, column)
-        laws = scaling_fit.bootstrap(*fit_arrays(points, column), samples=200, seed=self.spec.seed)
+        laws = scaling_fit.bootstrap(*arrays, samples=200, seed=self.spec.seed, law=law)
         low, high = scaling_fit.interval([one.loss(n, rung.tokens) for one in laws])
+        approach2 = scaling_fit.isoflop_minima(scaling_fit.group_by_compute([p | {"params": p[column]} for p in points]), k)
+        identification = scaling_fit.identification(law, *arrays, scaling_fit.parameter_intervals(laws), approach2)
         made = {"run": rung.name, "width": rung.width, "budget": budget, "count": self.spec.count, "params": n,
                 "tokens": rung.tokens, "flops": rung.flops, "predicted_loss": float(law.loss(n, rung.tokens)),
                 "interval": [float(low), float(high)], "compute_optimal_params": float(optimal_n),
-                "fitted_on": [point["run"] for point in points], "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+                "identification": identification, "fitted_on": [point["run"] for point in points], "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
         write_json_atomic(LOCAL, str(path), made)
         return rung, made
 
@@ -331,7 +382,7 @@ def run_ladder(ladder: Ladder) -> dict:
     started = time.perf_counter()
     ladder.check_same_ladder()
     ladder.check_data(ladder.rungs)
-    points = ladder.train_all(ladder.rungs)
+    points = ladder.bracket(ladder.train_all(ladder.rungs))
     forecast, held = forecast_and_train(ladder, points) if ladder.spec.forecast else (None, [])
     fits = {}
     for count, column in COUNTS.items():
@@ -353,13 +404,20 @@ def forecast_and_train(ladder: Ladder, points: list[dict]) -> tuple[dict, list[d
     held_rung, forecast = ladder.forecast(points)
     ladder.log(f"forecast for {held_rung.name} ({forecast['params']:,} params by the {ladder.spec.count} count, "
                f"{held_rung.tokens:,} tokens, {held_rung.flops:.2e} FLOPs), made before it trains: validation loss "
-               f"{forecast['predicted_loss']:.4f} [{forecast['interval'][0]:.4f}, {forecast['interval'][1]:.4f}]")  # fmt: skip
+               f"{forecast['predicted_loss']:.4f} [{forecast['interval'][0]:.4f}, {forecast['interval'][1]:.4f}]"
+               f"{forecast_caveat(forecast)}")  # fmt: skip
     ladder.check_data([held_rung])
     held = ladder.train_all([held_rung])[0]
     measured = held["val_loss"]
     forecast |= {"measured_loss": measured, "relative_error": (forecast["predicted_loss"] - measured) / measured,
                  "measured_in_interval": forecast["interval"][0] <= measured <= forecast["interval"][1]}  # fmt: skip
     return forecast, [held]
+
+
+def forecast_caveat(forecast: dict) -> str:
+    """A clause after the forecast when the law it was made from is not identified; empty when it is."""
+    verdict = scaling_fit.not_identified(forecast.get("identification"))
+    return f"; the law it was made from is {verdict}" if verdict else ""
 
 
 def report_html(summary: dict) -> str:
@@ -372,7 +430,8 @@ def report_html(summary: dict) -> str:
         f"{len(forecast['fitted_on'])} rungs): {html.escape(forecast['run'])}, {forecast['params']:,} parameters "
         f"({forecast['count']}), {forecast['tokens']:,} tokens, {forecast['flops']:.3g} FLOPs: predicted validation loss "
         f"{forecast['predicted_loss']:.4f} [{forecast['interval'][0]:.4f}, {forecast['interval'][1]:.4f}], measured "
-        f"{forecast['measured_loss']:.4f}, relative error {forecast['relative_error']:+.2%}.</p>")  # fmt: skip
+        f"{forecast['measured_loss']:.4f}, relative error {forecast['relative_error']:+.2%}"
+        f"{html.escape(forecast_caveat(forecast))}.</p>")  # fmt: skip
     return render(summary["fits"][count], summary["rungs"], f"Ladder on {summary['mixture']} (N: {count} parameters)", preface)
 
 

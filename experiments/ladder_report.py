@@ -7,7 +7,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from curation.report import png_base64
-from experiments.scaling_fit import Law
+from experiments.scaling_fit import Law, not_identified
 
 
 def _by_size(points: list[dict]) -> dict[str, list[dict]]:
@@ -115,29 +115,33 @@ def forecast_figure(summary: dict) -> Figure | None:
     return figure
 
 
-def _interval(values) -> str:
+def interval_text(values) -> str:
     return f"[{values[0]:.4g}, {values[1]:.4g}]"
 
 
 def law_table(summary: dict) -> pd.DataFrame:
-    return pd.DataFrame([{"parameter": name, "fit": f"{value:.4g}", "95% interval": _interval(summary["intervals"][name])}
+    return pd.DataFrame([{"parameter": name, "fit": f"{value:.4g}", "95% interval": interval_text(summary["intervals"][name])}
                          for name, value in summary["law"].items()]).set_index("parameter")  # fmt: skip
 
 
 def forecast_table(summary: dict) -> pd.DataFrame:
     return pd.DataFrame([{"run": row["run"], "params": f"{row['params']:.4g}", "tokens": f"{row['tokens']:.4g}",
                           "measured": f"{row['measured']:.4f}", "predicted": f"{row['predicted']:.4f}",
-                          "95% interval": _interval(row["interval"]),
+                          "95% interval": interval_text(row["interval"]),
                           "relative error": f"{row['relative_error']:+.2%}"} for row in summary["forecast"]])  # fmt: skip
 
 
 def budget_table(summary: dict) -> pd.DataFrame:
-    return pd.DataFrame([{"FLOPs": f"{row['flops']:.3g}", "params N": f"{row['params']:.4g}",
-                          "N interval": _interval(row["params_interval"]), "tokens D": f"{row['tokens']:.4g}",
-                          "D interval": _interval(row["tokens_interval"]),
-                          "tokens per param": f"{row['tokens_per_param']:.4g}",
-                          "loss": f"{row['loss']:.4f}", "loss interval": _interval(row["loss_interval"])}
-                         for row in summary["budgets"]])  # fmt: skip
+    """A row per budget; one the law does not answer (not identified) shows its numbers marked as not an answer."""
+    rows = []
+    for row in summary["budgets"]:
+        numbers = row.get("unidentified_law_numbers", row)
+        rows.append({"FLOPs": f"{row['flops']:.3g}" + ("" if numbers is row else " (not an answer: law not identified)"),
+                     "params N": f"{numbers['params']:.4g}", "N interval": interval_text(numbers["params_interval"]),
+                     "tokens D": f"{numbers['tokens']:.4g}", "D interval": interval_text(numbers["tokens_interval"]),
+                     "tokens per param": f"{numbers['tokens_per_param']:.4g}",
+                     "loss": f"{numbers['loss']:.4f}", "loss interval": interval_text(numbers["loss_interval"])})  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def _approach2_html(summary: dict) -> str:
@@ -159,9 +163,12 @@ def _image(figure: Figure | None) -> str:
 def render(summary: dict, points: list[dict], title: str, preface: str = "") -> str:
     """`preface`: HTML the caller puts first (the ladder's forecast as it was made before its rung trained)."""
     optimal = summary["compute_optimal"]
+    verdict = not_identified(summary.get("identification"))
     parts = [
         f"<html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head><body>",
         f"<h1>{html.escape(title)}</h1>", preface,
+        f"<p><b>The fitted law is {html.escape(verdict)}</b>: its frontier and budgets are its numbers, not answers.</p>"
+        if verdict else "",
         f"<p>{html.escape(summary['note'])} {summary['points_fitted']} points fitted; held out: "
         f"{html.escape(', '.join(summary['held_out']) or 'none')}; {summary['bootstrap_samples']} bootstrap samples.</p>",
         "<h2>Validation loss against compute</h2>", _image(loss_flops_figure(points)),
@@ -169,7 +176,7 @@ def render(summary: dict, points: list[dict], title: str, preface: str = "") -> 
         law_table(summary).to_html(), _image(law_figure(summary, points)),
         f"<p>Compute-optimal N* &prop; C^{optimal['a']:.4f}, D* &prop; C^{optimal['b']:.4f}; at C = "
         f"{optimal['at_flops']:.3g}, {optimal['tokens_per_param']:.4g} tokens per parameter, 95% interval "
-        f"{_interval(optimal['tokens_per_param_interval'])}.</p>",
+        f"{interval_text(optimal['tokens_per_param_interval'])}.</p>",
         "<h2>IsoFLOP curves</h2>", _image(isoflop_figure(summary)), _approach2_html(summary),
         "<h2>Compute-optimal frontier</h2>", _image(frontier_figure(summary)),
         "<h2>Forecast of the held-out rungs</h2>", _image(forecast_figure(summary)),

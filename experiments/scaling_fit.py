@@ -5,6 +5,13 @@ fitted in log space (a = log A, b = log B, e = log E) by minimizing the Huber lo
 logsumexp(a - alpha log N, b - beta log D, e) - log L with L-BFGS from every point of a grid of initial values
 (run as one numpy batch; the best few are then run on by scipy's L-BFGS-B to tight tolerances), with bootstrap
 intervals over the points. Pure numpy and scipy, so it is tested against published numbers alone.
+
+A fit always returns numbers, so `identification` says whether the points pin them. Not when some parameters move
+together without changing any fitted loss (all points at one N), when a parameter is at a bound of its range (E, A
+and B are exponentials of unbounded parameters, so their bound is 0, reached when their term adds under BOUND_SHARE
+of the loss at every point; an exponent outside EXPONENT_RANGE), when a bootstrap interval spans more than
+SCALE_SPREAD (E, A, B) or EXPONENT_SPREAD (alpha, beta) times its low end, or when an IsoFLOP group's parabola does
+not bracket its minimum (its sizes miss the optimum the law extrapolates from).
 """
 
 import itertools
@@ -21,6 +28,13 @@ FULL_GRID = {"alpha": np.arange(0, 2.01, 0.5), "beta": np.arange(0, 2.01, 0.5), 
 DEFAULT_GRID = {"alpha": np.arange(0, 2.01, 0.5), "beta": np.arange(0, 2.01, 0.5), "e": np.array([-1.0, 0.0, 1.0]),
                 "a": np.array([0.0, 10.0, 20.0]), "b": np.array([0.0, 10.0, 20.0])}  # fmt: skip
 PARAMETER_ORDER = ("a", "b", "e", "alpha", "beta")
+BOUND_SHARE = 1e-3  # a term under 0.1% of every loss is at its bound 0; so is an exponent this near an end of its range
+# An exponent's range: below 0.01 a term is flat over any ladder (N^0.01 moves 12% from 1e5 to 1e10 parameters), above
+# 4 it vanishes past the smallest point; no exponent the points can tell (data_scaling searches the same range).
+EXPONENT_RANGE = (0.01, 4.0)
+INSEPARABLE = 1e-6  # a singular value of the points' sensitivities (columns scaled to 1) this far below the largest
+SCALE_SPREAD = 100.0  # a 95% interval of E, A or B over two orders of magnitude (high / low) leaves it unknown
+EXPONENT_SPREAD = 10.0  # alpha or beta known only within a factor 10 says nothing of the compute-optimal split
 
 
 @dataclass(frozen=True)
@@ -272,6 +286,63 @@ def isoflop_minima(groups: list[list[dict]], flops_per_param_token: float = 6.0,
                      "at_flops": at_flops, "tokens_per_param": tokens_per_param}  # fmt: skip
 
 
+def parameter_reasons(terms: dict, losses, exponents: dict, intervals: dict) -> list[str]:
+    """Why a fitted law's parameters are not pinned, one line each: a parameter at a bound of its range or a 95%
+    interval over its spread (the module docstring). `terms`: each positive coefficient's name -> (value, its term
+    at the points); `exponents`: name -> value; `intervals`: name -> 95% interval."""
+    reasons = []
+    for name, (value, term) in terms.items():
+        share = float(np.max(np.asarray(term, dtype=float) / np.asarray(losses, dtype=float)))
+        if not share >= BOUND_SHARE:  # NaN too
+            reasons.append(f"{name} {value:.3g} at or below its bound 0 (its term is at most {share:.2g} of the loss)")
+    low, high = EXPONENT_RANGE
+    for name, value in exponents.items():
+        if not low * (1 + BOUND_SHARE) < value < high * (1 - BOUND_SHARE):
+            reasons.append(f"{name} {value:.3g} at or past an end of its range [{low:g}, {high:g}]")
+    for name, (low, high) in intervals.items():
+        limit = EXPONENT_SPREAD if name in exponents else SCALE_SPREAD
+        if not (low > 0 and high <= limit * low):
+            reasons.append(f"{name}'s 95% interval [{low:.3g}, {high:.3g}] spans more than {limit:g}x")
+    return reasons
+
+
+def inseparable(law: Law, N, D) -> list[str]:
+    """The parameters some direction moves without changing the law's loss at any point (all points at one N: A,
+    alpha and E), from the singular values of the points' sensitivities to (A, B, E, alpha, beta) in log space.
+    Bootstrap refits start at the fit and do not wander along such a direction, so their intervals miss it."""
+    N, D = np.asarray(N, dtype=float), np.asarray(D, dtype=float)
+    size, data, floor = law.A / N**law.alpha, law.B / D**law.beta, np.full(N.shape, law.E)
+    columns = np.stack([size, data, floor, -size * np.log(N), -data * np.log(D)], axis=1) / (size + data + floor)[:, None]
+    norms = np.linalg.norm(columns, axis=0)
+    _, values, directions = np.linalg.svd(columns / np.where(norms > 0, norms, 1), full_matrices=False)
+    flat = np.abs(directions[~(values > INSEPARABLE * values[0])])  # unit vectors of the directions that change nothing
+    return [name for index, name in enumerate(("A", "B", "E", "alpha", "beta")) if (flat[:, index] > 0.1).any()]
+
+
+def identification(law: Law, N, D, L, intervals: dict, approach2: dict) -> dict:
+    """Whether Approach 3's law fitted on the points (N, D, L) is pinned by them, and every reason it is not, one
+    line each: parameters the points cannot separate, `parameter_reasons`, and Approach 2's groups (of the same
+    points) that do not bracket their minimum."""
+    N, D = np.asarray(N, dtype=float), np.asarray(D, dtype=float)
+    together, reasons = inseparable(law, N, D), []
+    if together:
+        reasons.append(f"the points cannot separate {', '.join(together)}: together they move without changing any fitted loss")
+    terms = {"E": (law.E, law.E), "A": (law.A, law.A / N**law.alpha), "B": (law.B, law.B / D**law.beta)}
+    reasons += parameter_reasons(terms, L, {"alpha": law.alpha, "beta": law.beta}, intervals)
+    inside = sum(group["inside"] for group in approach2["groups"])
+    if inside < len(approach2["groups"]):
+        reasons.append(f"only {inside} of {len(approach2['groups'])} IsoFLOP groups bracket their minimum")
+    return {"identified": not reasons, "reasons": reasons}
+
+
+def not_identified(identification: dict | None) -> str:
+    """What to say of a law after "the law is": empty when identified, else that it is not and why, in one line
+    (None: a fit.json written before the check)."""
+    if identification is None:
+        return "of unknown identification (written before the check)"
+    return "" if identification["identified"] else "not identified: " + "; ".join(identification["reasons"])
+
+
 def compare_approaches(law: Law, approach2: dict, flops_per_param_token: float = 6.0) -> dict:
     """Approach 2's exponent and tokens per parameter beside Approach 3's at the same compute, and how far apart."""
     if "a" not in approach2:
@@ -309,20 +380,23 @@ def forecast(points: list[dict], held_out, law: Law | None = None, laws: list[La
     return rows
 
 
-def budget(law: Law, laws_bootstrap: list[Law], C: float, flops_per_param_token: float = 6.0) -> dict:
-    """What compute C asks for: the compute-optimal N and D, tokens per parameter and the loss to expect."""
+def budget(law: Law, laws_bootstrap: list[Law], C: float, flops_per_param_token: float, identified: bool) -> dict:
+    """What compute C asks for: the compute-optimal N and D, tokens per parameter and the loss to expect. A law not
+    identified answers nothing: its numbers stay, marked, under `unidentified_law_numbers`."""
     N, D = (float(value) for value in law.optimal(C, flops_per_param_token))
     optima = [law_b.optimal(C, flops_per_param_token) for law_b in laws_bootstrap]
-    return {"flops": float(C), "params": N, "tokens": D, "tokens_per_param": D / N,
-            "params_interval": interval([n for n, _ in optima]), "tokens_interval": interval([d for _, d in optima]),
-            "tokens_per_param_interval": tokens_per_param_interval(laws_bootstrap, C, flops_per_param_token),
-            "loss": float(law.loss(N, D)), "loss_interval": loss_interval(laws_bootstrap, N, D)}  # fmt: skip
+    numbers = {"params": N, "tokens": D, "tokens_per_param": D / N,
+               "params_interval": interval([n for n, _ in optima]), "tokens_interval": interval([d for _, d in optima]),
+               "tokens_per_param_interval": tokens_per_param_interval(laws_bootstrap, C, flops_per_param_token),
+               "loss": float(law.loss(N, D)), "loss_interval": loss_interval(laws_bootstrap, N, D)}  # fmt: skip
+    return {"flops": float(C), "identified": identified} | (numbers if identified else {"unidentified_law_numbers": numbers})
 
 
 def summarize(points: list[dict], budgets=(1e21,), flops_per_param_token: float | None = None, samples: int = 200,
               seed: int = 0, grid: dict | None = None, frontier_steps: int = 25) -> dict:  # fmt: skip
-    """Everything fit.json holds: the law fitted on the points not held out, its intervals, Approach 2 beside it,
-    the forecast of the held-out points and what each budget asks for. `params` is the N of the fit."""
+    """Everything fit.json holds: the law fitted on the points not held out, its intervals, whether it is identified,
+    Approach 2 beside it, the forecast of the held-out points and what each budget asks for. `params` is the N of
+    the fit."""
     fitted = [p for p in points if not p.get("held_out")]
     held_out = [p["run"] for p in points if p.get("held_out")]
     if flops_per_param_token is None:
@@ -334,6 +408,8 @@ def summarize(points: list[dict], budgets=(1e21,), flops_per_param_token: float 
     laws = bootstrap(*_arrays(fitted), samples=samples, seed=seed, law=law)
     at_flops = float(max(p["flops"] for p in points))
     approach2 = isoflop_minima(group_by_compute(fitted), k, at_flops)
+    intervals = parameter_intervals(laws)
+    checked = identification(law, *_arrays(fitted), intervals, approach2)
     sizes = sorted({(p["params"], p["params_non_embedding"], p["params_total"]) for p in points})
     n_kind = "non-embedding" if all(n == non_embedding for n, non_embedding, _ in sizes) else (
         "total" if all(n == total for n, _, total in sizes) else "neither non-embedding nor total")  # fmt: skip
@@ -353,13 +429,14 @@ def summarize(points: list[dict], budgets=(1e21,), flops_per_param_token: float 
         "held_out": held_out,
         "law": law.as_dict(),
         "bootstrap_samples": samples,
-        "intervals": parameter_intervals(laws),
+        "intervals": intervals,
+        "identification": checked,
         "compute_optimal": {"a": law.beta / (law.alpha + law.beta), "b": law.alpha / (law.alpha + law.beta),
                             "at_flops": at_flops, "tokens_per_param": float(law.tokens_per_param(at_flops, k)),
                             "tokens_per_param_interval": tokens_per_param_interval(laws, at_flops, k)},  # fmt: skip
         "approach2": approach2,
         "disagreement": compare_approaches(law, approach2, k),
         "forecast": forecast(points, held_out, law=law, laws=laws) if held_out else [],
-        "budgets": [budget(law, laws, C, k) for C in budgets],
+        "budgets": [budget(law, laws, C, k, checked["identified"]) for C in budgets],
         "frontier": frontier,
     }

@@ -24,4 +24,6 @@ def load_spec(model: type[BaseModel], path: str | None, what: str, overrides: di
         return model.model_validate(data)
     except ValidationError as error:
         first = error.errors()[0]
-        raise ValueError(f"{path or what}: {'.'.join(str(part) for part in first['loc'])}: {first['msg']}") from None
+        where = ".".join(str(part) for part in first["loc"])  # empty for a check across fields: its message names them
+        message = first["msg"].removeprefix("Value error, ")
+        raise ValueError(f"{path or what}: {where + ': ' if where else ''}{message}") from None

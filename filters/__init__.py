@@ -23,6 +23,7 @@ _REGISTRY: dict[str, tuple[str, str, str | None]] = {
     "decontam": ("filters.decontam", "Decontaminator", "decontamination"),
     "code_filters": ("filters.code_filters", "CodeFilters", None),
     "quality_buckets": ("filters.quality_buckets", "QualityBuckets", None),
+    "score_filter": ("filters.score_filter", "ScoreFilter", None),
     "badwords": ("filters.badwords", "BadWordsFilter", None),
     "datatrove": ("filters.datatrove_step", "DatatroveStep", None),
     "code_language": ("filters.code_language", "CodeLanguage", None),

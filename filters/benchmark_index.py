@@ -51,6 +51,8 @@ FORMATS: dict[str, BenchmarkFormat] = {
         csv_columns=["question", "choice0", "choice1", "choice2", "choice3", "answer"], answer=["answer"],
     ),
     "hellaswag": BenchmarkFormat(fields=[["ctx", "ctx_a"]], choices=[["endings"]], id_field="ind", answer=["label"]),
+    # llm-foundry's and OLMES' multiple-choice jsonl (ARC, PIQA, OpenBookQA, COPA, SIQA, CommonsenseQA, HellaSwag)
+    "mc": BenchmarkFormat(fields=[["query"]], choices=[["choices"]], answer=["gold"]),
     "arc": BenchmarkFormat(fields=[["question.stem", "question"]], choices=[["question.choices.text", "choices.text"]], id_field="id",
                            answer=["answerKey"], choice_labels=["question.choices.label", "choices.label"]),
 }

@@ -126,6 +126,12 @@ class QualityScorer(Stage):
     Params = QualityParams
     adds = {"quality_score": pa.float32(), "quality_fasttext": pa.float32()}
 
+    @property
+    def per_document(self) -> bool:
+        """A threshold judges each row alone; a top fraction is of the whole shard, so the runner joins its batches
+        (a WARC file's pages arrive 250 at a time)."""
+        return self.params.top_fraction is None
+
     def setup(self) -> None:
         model_path = Path(self.params.model_path) if self.params.model_path else asset(*SHIPPED_MODEL)
         self.model = load_fasttext(model_path)

@@ -10,13 +10,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SHARED_DATA", ROOT.parent / "shared" / "data")).resolve()
+SHARED_CORPUS = Path(os.environ.get("SHARED_CORPUS", ROOT.parent / "shared" / "corpus")).resolve()
 
 
-def shared(relative: str) -> Path:
-    """A file of ../shared/data, or a skip naming what is missing (a user's clone has no shared/)."""
-    path = SHARED_DATA / relative
+def shared(relative: str, root: Path = SHARED_DATA) -> Path:
+    """A file of ../shared/data (or of `root`, e.g. SHARED_CORPUS), or a skip naming what is missing (a user's clone
+    has no shared/)."""
+    path = root / relative
     if not path.exists():
-        pytest.skip(f"{path} is absent: real-data tests need ../shared/data (see its README)")
+        pytest.skip(f"{path} is absent: real-data tests need {root} (see its README)")
     return path
 
 

@@ -11,6 +11,7 @@ import yaml
 
 from experiments.ablation import Ablation, AblationSpec, VariantSpec
 from experiments.ablation_ladder import compare_pair, loss, tokens_to_match
+from experiments.ablation_report import ladder_table
 from curation.recipe import RecipeError
 
 CURATED = {"E": 1.8, "A": 400.0, "alpha": 0.34, "B": 2000.0, "beta": 0.36}
@@ -43,6 +44,16 @@ def test_a_consistent_order_has_decision_accuracy_one_and_a_flip_at_small_scale_
     flipped = rungs(CURATED, {"1e+18-1e+07": 1.0, "1e+18-2e+07": 1.0, "1e+18-4e+07": 1.0})
     pair = compare_pair("curated", "raw", flipped, rungs(RAW), CURATED, RAW)
     assert pair["decision_accuracy"] == 6 / 9 and not pair["smallest_order_holds"]
+
+
+def test_tokens_to_match_from_a_law_not_identified_is_flagged():
+    pair = compare_pair("curated", "raw", rungs(CURATED), rungs(RAW), CURATED, RAW)
+    checked = {"curated": {"identified": True, "reasons": []}, "raw": {"identified": False, "reasons": ["E 1e-09 at or below its bound 0"]}}
+    ladder = {"pairs": [pair], "variants": {name: {"identification": check} for name, check in checked.items()}}
+    row = ladder_table(ladder).loc["curated vs raw"]
+    assert row["tokens of raw to match curated, x [95%]"].endswith(" (law of raw not identified)")
+    ladder["variants"]["raw"]["identification"] = checked["curated"]
+    assert "not identified" not in ladder_table(ladder).to_string()
 
 
 def test_the_tokens_to_match_interval_holds_the_true_ratio_when_rungs_are_noisy():

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from experiments.data_scaling import between_points, compare, describe, fit, fraction_to_reach
+from experiments.data_scaling import between_points, compare, describe, fit, fraction_to_reach, identification
 
 FRACTIONS = np.array([0.25, 0.5, 1.0, 2.0])
 
@@ -57,6 +57,17 @@ def test_tokens_of_raw_to_match_the_base_with_an_interval_that_holds_the_truth()
     assert [point["tokens"] for point in smaller] == [25_000, 50_000]
     for point in smaller:
         assert point["multiple_interval"][0] <= 4.0 <= point["multiple_interval"][1]
+
+
+def test_a_law_at_its_exponents_bound_is_not_identified_by_the_same_check_as_the_ladders():
+    """Loss falling linearly in log tokens has no floor a power law can fit: beta goes to its bound (docs/benchmarks.md)."""
+    losses = 4.0 - 0.2 * np.log(FRACTIONS)
+    rng = np.random.default_rng(0)
+    laws = fit(FRACTIONS, np.vstack([losses, losses + rng.normal(0, 0.01, (50, len(FRACTIONS)))]))
+    checked = identification(laws, FRACTIONS, losses, 100_000)
+    assert not checked["identified"] and any(reason.startswith("beta 0.01 at or past an end") for reason in checked["reasons"])
+    pinned = np.vstack([law_losses(3.0, 0.8, 0.45)] * 2)
+    assert identification(fit(FRACTIONS, pinned), FRACTIONS, pinned[0], 100_000) == {"identified": True, "reasons": []}
 
 
 def test_between_points_crosses_in_log_tokens():

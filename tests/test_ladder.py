@@ -16,8 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from experiments.cli import curate_main, train_main
-from experiments.ladder import Ladder, LadderSpec, load_ladder, make_rung, shape
+from experiments import scaling_fit
+from experiments.cli import curate_main, fit_lines, train_main
+from experiments.ladder import Ladder, LadderSpec, bracketing_width, load_ladder, make_rung, shape, width_step
+from tests.test_scaling_fit import ladder_points, noisy
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = [sys.executable, "-c", "import sys; from experiments.cli import curate_main, train_main; sys.exit(train_main())"]
@@ -56,6 +58,58 @@ def test_each_rung_trains_at_its_widths_learning_rate(tmp_path):
             assert settings["lr"] == pytest.approx(lr) and settings["min_lr"] == pytest.approx(0.1 * lr)
 
 
+def test_a_set_whose_lowest_loss_is_at_an_edge_gets_the_next_width_past_it():
+    """The cpu ladder of 2026-12-05 (docs/benchmarks.md): 5e11's lowest loss at width 24, its smallest."""
+    assert bracketing_width({24: 4.5042, 32: 4.5232, 48: 5.5034, 64: 5.3409}) == 16
+    assert bracketing_width({24: 4.3319, 32: 4.1743, 48: 4.9460, 64: 4.8060}) is None
+    assert bracketing_width({24: 4.5, 32: 4.4, 48: 4.3, 64: 4.2}) == 96
+    assert bracketing_width({16: 4.4, 24: 4.5, 32: 4.6, 48: 4.7, 64: 4.8}) == 8 and bracketing_width({8: 4.4, 16: 4.5, 24: 4.6}) is None
+    assert [width_step(width, up=True) for width in (8, 64, 96, 1536)] == [16, 96, 144, 2304]
+    assert [width_step(width, up=False) for width in (8, 12, 24, 512)] == [8, 8, 16, 344]
+
+
+def test_bracketing_adds_widths_until_the_minimum_is_inside_or_bracket_are_added(tmp_path):
+    """No training: each round's rungs get losses of a made-up curve whose optimum is at width 21 for the first
+    budget (one extra width brackets it), below width 8 for the second (stops at the cap) and inside for the third;
+    then the forecast from all of them."""
+    optimum = {2e9: 21, 4e9: 1, 8e9: 45}
+    trained = []
+
+    def train_all(rungs):
+        trained.append(sorted(rung.name for rung in rungs))
+        return [{"run": rung.name, "width": rung.width, "budget": rung.budget, "params_total": rung.params_total,
+                 "tokens": rung.tokens, "flops": rung.flops, "val_loss": 4 + (rung.width / optimum[rung.budget] - 1) ** 2}
+                for rung in rungs]  # fmt: skip
+
+    spec = load_ladder("cpu", mixture=str(code_shards(tmp_path)), budgets=[2e9, 4e9, 8e9])
+    ladder = Ladder(spec, str(tmp_path / "ladder"), log=lambda line: None)
+    ladder.train_all = train_all
+    ladder.check_same_ladder()
+    points = ladder.bracket(train_all(ladder.rungs))
+    assert trained[1:] == [["iso-2.0e09-w16", "iso-4.0e09-w16"], ["iso-4.0e09-w8"]]
+    assert len(points) == 12 + 3
+    _, made = ladder.forecast(points)  # from every rung so far, saying whether its law is identified
+    assert made["fitted_on"] == [point["run"] for point in points] and made["identification"]["identified"] is False
+    assert json.loads((tmp_path / "ladder" / "forecast.json").read_text())["identification"] == made["identification"]
+    ladder.spec = spec.model_copy(update={"bracket": 0})
+    assert len(ladder.bracket(train_all(ladder.rungs))) == 12
+
+
+def test_the_printout_of_a_law_not_identified_says_why_in_one_line_and_answers_no_budget():
+    points = [dict(p, val_loss=float(noisy(3.0, 0.01, i))) for i, p in enumerate(ladder_points())]  # noise, no law
+    fit = scaling_fit.summarize(points, budgets=[1e21], samples=10)
+    forecast = {"run": "holdout-4.0e12-w40", "interval": [3.3, 3.9], "predicted_loss": 3.8301, "measured_loss": 3.8124,
+                "relative_error": 0.0046, "identification": fit["identification"]}  # fmt: skip
+    lines = fit_lines({"count": "total", "fits": {"total": fit}, "forecast": forecast})
+    (verdict,) = [line for line in lines if "not identified" in line and not line.startswith("held-out")]
+    assert verdict.startswith("the law is not identified: ") and "; ".join(fit["identification"]["reasons"]) in verdict
+    assert "Budgets 1e+21 FLOPs not answered" in verdict and not any(line.startswith("budget ") for line in lines)
+    assert lines[-1].endswith(f"error +0.46%; the law it was made from is {scaling_fit.not_identified(fit['identification'])}")
+    identified = scaling_fit.summarize(ladder_points(), budgets=[1e21], samples=10)
+    lines = fit_lines({"count": "total", "fits": {"total": identified}, "forecast": None})
+    assert lines[-1].startswith("budget 1e+21 FLOPs: N ") and not any("identified" in line for line in lines)
+
+
 def code_shards(folder: Path) -> Path:
     """Token shards of real text (this Python's standard library) with a small BPE, and a mixture over them."""
     from curation.tokenize import train_tokenizer, write_tokens
@@ -84,7 +138,7 @@ def test_a_small_ladder_killed_and_resumed_fits_and_forecasts(tmp_path):
                "--widths", "16,24,32,48", "--budgets", "2e9,4e9,8e9", "--budget", "1e15"]  # fmt: skip
     plan = subprocess.run(command + ["--plan"], capture_output=True, text=True, timeout=120)
     assert plan.returncode == 0, plan.stderr
-    assert "iso-8.0e09-w48" in plan.stdout and "GPU-hours" in plan.stdout
+    assert "iso-8.0e09-w48" in plan.stdout and "GPU-hours" in plan.stdout and "Extra rungs may be added" in plan.stdout
 
     first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     deadline = time.time() + 600
@@ -100,9 +154,8 @@ def test_a_small_ladder_killed_and_resumed_fits_and_forecasts(tmp_path):
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert f"resumed: {len(finished)} of 12 rungs already finished" in second.stdout
     assert {name: (out / "results" / f"{name}.json").stat().st_mtime_ns for name in finished} == stamps
-    assert len(results(out)) == 13 and any(name.startswith("holdout-") for name in results(out))
-
     summary = json.loads((out / "fit.json").read_text())
+    assert len(results(out)) == len(summary["rungs"]) >= 13 and any(name.startswith("holdout-") for name in results(out))
     forecast = summary["forecast"]
     held = json.loads((out / "results" / f"{forecast['run']}.json").read_text())
     assert forecast["measured_loss"] == held["val_loss"]

@@ -5,7 +5,8 @@ import html
 import re
 
 from experiments import ladder_report, scaling_fit
-from tests.test_scaling_fit import ladder_points
+from experiments.ladder import report_html
+from tests.test_scaling_fit import ladder_points, noisy
 
 
 def test_page_has_the_figures_and_the_numbers_of_the_summary():
@@ -24,7 +25,22 @@ def test_page_has_the_figures_and_the_numbers_of_the_summary():
     for row in summary["budgets"]:
         assert f"{row['flops']:.3g}" in page and f"{row['params']:.4g}" in page and f"{row['loss']:.4f}" in page
     assert f"{summary['disagreement']['a_difference']:+.4f}" in page
-    assert html.escape(summary["note"]) in page
+    assert html.escape(summary["note"]) in page and "not identified" not in page
+
+
+def test_a_law_not_identified_is_said_in_one_line_and_its_budgets_are_marked_as_no_answer():
+    points = [dict(p, val_loss=float(noisy(3.0, 0.01, i))) for i, p in enumerate(ladder_points())]  # noise, no law
+    summary = scaling_fit.summarize(points, budgets=[1e21], samples=10)
+    page = ladder_report.render(summary, points, "ladder")
+    verdict = html.escape(scaling_fit.not_identified(summary["identification"]))
+    assert page.count(verdict) == 1 and verdict.startswith("not identified: ")
+    numbers = summary["budgets"][0]["unidentified_law_numbers"]
+    assert "1e+21 (not an answer: law not identified)" in page and f"{numbers['params']:.4g}" in page
+    forecast = {"run": "holdout-4.0e12-w40", "written_at": "2026-12-05T10:00:00Z", "fitted_on": ["r0"], "params": 101880,
+                "count": "total", "tokens": 5945344, "flops": 4e12, "predicted_loss": 3.8301, "interval": [3.3, 3.9],
+                "measured_loss": 3.8124, "relative_error": 0.0046, "identification": summary["identification"]}  # fmt: skip
+    page = report_html({"count": "total", "mixture": "m.yaml", "fits": {"total": summary}, "forecast": forecast, "rungs": points})
+    assert f"relative error +0.46%; the law it was made from is {verdict}.</p>" in page
 
 
 def test_page_without_isoflop_groups_or_held_out_rungs_says_so():

@@ -149,6 +149,54 @@ def test_summarize_is_json_and_names_the_n_it_used():
     assert total["n_used"] == "total"
 
 
+def fitted(N, D, L, samples: int = 40) -> dict:
+    """The identification check of Approach 3 on points that are not an IsoFLOP ladder (no Approach 2 groups)."""
+    law = fit_law(N, D, L)
+    intervals = scaling_fit.parameter_intervals(bootstrap(N, D, L, samples=samples, law=law))
+    return scaling_fit.identification(law, N, D, L, intervals, {"groups": []})
+
+
+def test_a_law_its_points_pin_is_identified_and_answers_its_budgets():
+    summary = scaling_fit.summarize(ladder_points(), budgets=[1e21], samples=20)
+    assert summary["identification"] == {"identified": True, "reasons": []}
+    (row,) = summary["budgets"]
+    assert row["identified"] and row["params"] > 0 and "unidentified_law_numbers" not in row
+    N, D = grid_points()
+    assert fitted(N, D, noisy(REPLICATION.loss(N, D), 0.005, 1))["identified"]
+
+
+def test_points_that_cannot_pin_the_law_say_which_parameter_is_not_identified():
+    D = np.geomspace(1e9, 1e12, 8)
+    one_size = fitted(np.full(8, 1e8), D, noisy(REPLICATION.loss(1e8, D), 0.003, 1))
+    # bootstrap refits start at the fit and stay there: only the sensitivities show that A, alpha and E trade off
+    assert not one_size["identified"] and any("alpha" in reason and "cannot separate" in reason for reason in one_size["reasons"])
+    points = [dict(p, val_loss=float(noisy(3.0, 0.01, i))) for i, p in enumerate(ladder_points())]  # noise, no law
+    summary = scaling_fit.summarize(points, budgets=[1e21], samples=20)
+    reasons = summary["identification"]["reasons"]
+    assert not summary["identification"]["identified"] and any(reason.startswith(("E ", "beta ")) for reason in reasons)
+    (row,) = summary["budgets"]
+    assert row["identified"] is False and "params" not in row and row["unidentified_law_numbers"]["params"] > 0
+    json.dumps(summary)
+
+
+def test_the_issues_fit_is_not_identified_for_each_of_its_three_reasons():
+    """A ladder rerun: E at 1.4e-9, B's interval 43 to 5.7e9, one of three IsoFLOP groups bracketing its minimum."""
+    law = Law(E=1.4e-9, A=1.2e3, alpha=0.5, B=9.0e3, beta=0.45)
+    N = np.array([56136, 78944, 153840, 231744] * 3, dtype=float)  # the cpu preset's rungs
+    D = 6e11 * np.repeat([1.0, 2.0, 4.0], 4) / (6.5 * N)
+    intervals = {"E": [1e-12, 3.6], "A": [600.0, 2e3], "alpha": [0.3, 0.7], "B": [43.0, 5.7e9], "beta": [0.2, 0.9]}
+    groups = [{"inside": False}, {"inside": True}, {"inside": False}]
+    checked = scaling_fit.identification(law, N, D, law.loss(N, D), intervals, {"groups": groups})
+    assert not checked["identified"]
+    assert [reason.split()[0] for reason in checked["reasons"]] == ["E", "E's", "B's", "only"]
+    assert "E 1.4e-09 at or below its bound 0" in checked["reasons"][0]
+    assert checked["reasons"][-1] == "only 1 of 3 IsoFLOP groups bracket their minimum"
+    wide = scaling_fit.identification(Law(E=2.0, A=1.2e3, alpha=0.5, B=9.0e3, beta=0.45), N, D, law.loss(N, D) + 2,
+                                      intervals | {"E": [1.5, 2.5], "B": [2e3, 3e4], "beta": [0.1, 1.5]}, {"groups": []})  # fmt: skip
+    assert wide["reasons"] == ["beta's 95% interval [0.1, 1.5] spans more than 10x"]
+    assert scaling_fit.not_identified(wide) == "not identified: beta's 95% interval [0.1, 1.5] spans more than 10x"
+
+
 def test_errors_name_the_cause():
     with pytest.raises(ValueError, match="3 points cannot determine"):
         fit_law([1e7, 1e8, 1e9], [1e9, 1e9, 1e9], [3.0, 2.9, 2.8])

@@ -1,20 +1,25 @@
-"""The `rest` source: every supported format on small files, every way a file can fail it, the CLI's one-line input
-errors, the Python-docs default corpus, and one real `curate run text-corpus` on Ray."""
+"""The `rest` source: every supported format on small files, every way a file can fail it, WikiExtractor's output
+(generated and the real dump in ../shared/corpus), the CLI's one-line input errors, the Python-docs default corpus,
+and one real `curate run text-corpus` on Ray."""
 
+import argparse
 import builtins
 import gzip
 import json
 import os
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from rich.console import Console
 
 from curation import stats
-from curation.cli import main
+from curation.cli import main, resolve_inputs
 from curation.recipe import load_recipe
 from curation.sources import local_files, python_docs
 from curation.sources.text_corpus import TextReader
+from tests.conftest import SHARED_CORPUS, shared
 from tests.test_output_readers import load_every_parquet_folder
 
 ERRATA = (
@@ -64,6 +69,50 @@ def test_every_format_becomes_documents_and_every_bad_file_is_counted(tmp_path):
     assert single["url"].to_pylist() == ["book.txt"] and single["id"].to_pylist() == [rows["book.txt"]["id"]]
     with pytest.raises(FileNotFoundError, match="does not exist"):
         TextReader("local").read(str(tmp_path / "missing"))
+
+
+def test_wikiextractor_output_is_a_document_per_article(tmp_path):
+    """Files of no suffix that start with `<doc `: an article per block, with Wikipedia's id and URL and the title line
+    as its heading; an empty block and one cut off are counted and named; any other file of no suffix is `not_text`."""
+    (tmp_path / "AA").mkdir()
+    (tmp_path / "AB").mkdir()
+    (tmp_path / "AA" / "wiki_00").write_text(
+        '<doc id="12" url="http://en.wikipedia.org/wiki?curid=12" title="Anarchism">\nAnarchism\n\n' + PROSE + "</doc>\n"
+        '<doc id="25" url="http://en.wikipedia.org/wiki?curid=25&amp;x=1" title=""Weird Al" Yankovic">\n"Weird Al"\n'
+        "\nMusician.\n</doc>\n"
+        '<doc id="39" url="http://en.wikipedia.org/wiki?curid=39" title="Empty">\n\n</doc>\n'
+        '<doc id="40" url="http://en.wikipedia.org/wiki?curid=40" title="Cut">\nCut\n\nThe dump ended he'
+    )  # fmt: skip
+    (tmp_path / "AB" / "wiki_00").write_text('\n <doc id="7" url="u7" title="Seven">\nSeven\n</doc>\n')
+    (tmp_path / "AB" / "wiki_01").write_text("<document>not WikiExtractor</document>\n")
+    result = TextReader("local").read(str(tmp_path))
+    assert result.table.select(["id", "url", "warc_file"]).to_pylist() == [
+        {"id": "wiki-12", "url": "http://en.wikipedia.org/wiki?curid=12", "warc_file": "AA/wiki_00"},
+        {"id": "wiki-25", "url": "http://en.wikipedia.org/wiki?curid=25&x=1", "warc_file": "AA/wiki_00"},
+        {"id": "wiki-7", "url": "u7", "warc_file": "AB/wiki_00"},
+    ]  # fmt: skip
+    assert result.table["text"].to_pylist() == ["Anarchism\n\n" + PROSE.strip(), '"Weird Al"\n\nMusician.', "Seven"]
+    assert sorted((os.path.relpath(path, tmp_path), reason) for path, reason, _ in result.removed) == [
+        ("AA/wiki_00#2", "empty_text"), ("AA/wiki_00#3", "unclosed_doc"), ("AB/wiki_01", "not_text")]  # fmt: skip
+    assert text_inputs(tmp_path / "AB") == [str(tmp_path / "AB")]  # a folder of WikiExtractor output is an input
+
+
+def test_the_wikipedia_dump_is_read_an_article_per_doc_block():
+    """The 2015 English Wikipedia through WikiExtractor: 3,957 articles in 60 files, every `<doc` block a document."""
+    dump = shared("wiki/enwiki-2015/text", SHARED_CORPUS)
+    files = sorted(path for path in dump.rglob("wiki_*") if path.is_file())
+    blocks = sum(len(re.findall(r"^<doc ", path.read_text(encoding="utf-8"), re.M)) for path in files)
+    result = TextReader("wiki").read(str(dump))
+    assert (len(files), blocks, result.table.num_rows, dict(result.dropped)) == (60, 3957, 3957, {})
+    assert len(set(result.table["id"].to_pylist())) == blocks
+    first = result.table.slice(0, 1).to_pylist()[0]
+    assert (first["id"], first["url"]) == ("wiki-12", "http://en.wikipedia.org/wiki?curid=12")
+    assert first["text"].startswith("Anarchism\n\nAnarchism is")
+
+
+def text_inputs(*paths) -> list[str]:
+    args = argparse.Namespace(input=[str(path) for path in paths], max_files=None, snapshot=None)
+    return resolve_inputs(args, Console(quiet=True), "text")[0]
 
 
 def test_a_latin_1_file_name_is_a_url_and_a_listed_drop(tmp_path):

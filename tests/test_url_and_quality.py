@@ -151,3 +151,9 @@ def test_logistic_regression_on_signals_ranks_and_calibrates():
     assert abs(np.corrcoef(predicted, truth)[0, 1]) > 0.99  # the third, irrelevant feature is ignored
     rows = signals(["The cat sat on the mat.\nThe cat sat on the mat.", "click here"], [0.9, 0.2])
     assert rows.shape == (2, 6) and rows[0, 4] == 0.5 and rows[1, 3] == 0.0
+
+
+def test_a_top_fraction_makes_the_runner_join_a_shards_batches():
+    """The top fraction is of the shard: batches of a WARC file must not each keep their own top (as a threshold may)."""
+    assert not QualityScorer(QualityScorer.Params(top_fraction=0.1)).per_document
+    assert QualityScorer(QualityScorer.Params(threshold=0.5)).per_document

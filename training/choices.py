@@ -7,7 +7,7 @@ noise, and an ablation must not read that noise as a difference.
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -24,6 +24,9 @@ class ChoiceScores:
     acc_norm_interval: tuple[float, float]
     chance: float  # the accuracy of guessing: the mean over items of 1 / choices
     item_correct: list[int]  # 1 where `acc` picked the answer, in item order: what a paired comparison resamples
+    # per item the right choice's log-probability per character (DataDecide's CORRECT_PROB per char): continuous, so
+    # it orders two small models that both sit at chance accuracy
+    item_gold_per_char: list[float] = field(default_factory=list)
 
 
 def wilson_interval(correct: int, total: int, z: float = 1.96) -> tuple[float, float]:
@@ -59,16 +62,17 @@ def choice_log_likelihoods(model, tokenizer, context: str, choices: list[str]) -
 
 def score(model, tokenizer, items) -> ChoiceScores:
     """Accuracy over items that have `context`, `choices` and `answer` (an index), e.g. curate's benchmark items."""
-    item_correct, correct_norm = [], 0
+    item_correct, gold_per_char, correct_norm = [], [], 0
     for item in items:
         sums = choice_log_likelihoods(model, tokenizer, item.context, item.choices)
+        gold_per_char.append(sums[item.answer] / max(1, len(" " + item.choices[item.answer])))
         per_byte = [s / max(1, len(choice.encode("utf-8"))) for s, choice in zip(sums, item.choices)]
         item_correct.append(int(max(range(len(sums)), key=sums.__getitem__) == item.answer))
         correct_norm += max(range(len(per_byte)), key=per_byte.__getitem__) == item.answer
     total, correct = len(items), sum(item_correct)
     chance = sum(1 / len(item.choices) for item in items) / max(1, total)
     return ChoiceScores(total, correct / max(1, total), wilson_interval(correct, total), correct_norm / max(1, total),
-                        wilson_interval(correct_norm, total), chance, item_correct)  # fmt: skip
+                        wilson_interval(correct_norm, total), chance, item_correct, gold_per_char)  # fmt: skip
 
 
 def score_run(run: str | Path, benchmarks: dict[str, list]) -> dict[str, ChoiceScores]:

@@ -1,6 +1,6 @@
-"""Where documents come from: WARC/WET files, Common Crawl listings, Parquet documents, plain-text corpora, code
-trees and the built-in sample snapshot. `readers.read_input` turns one input file of a recipe's source into a
-table of documents."""
+"""Where documents come from: WARC/WET files, Common Crawl listings, folders of saved web pages, Parquet documents,
+plain-text corpora, code trees and the built-in sample snapshot. `readers.read_input` turns one input file (or folder)
+of a recipe's source into a table of documents."""
 
 from collections import Counter
 from dataclasses import dataclass, field
@@ -13,10 +13,10 @@ class ReadResult:
     table: pa.Table
     dropped: Counter = field(default_factory=Counter)
     sha256: str = ""
-    bytes_in: int | None = None  # when the input is not one file (a code repository)
+    bytes_in: int | None = None  # when the input is not one file (a code repository, a folder of pages or prose)
     records: int | None = None  # WARC records parsed, kept or dropped; None: every document and drop is one
-    # (path, reason, bytes; 0 where not read) of each file or record dropped, where the reader names them (text and
-    # code; a WARC file's records and a Parquet file's rows without text are counts only)
+    # (path, reason, bytes; 0 where not read) of each file or record dropped, where the reader names them (text, HTML
+    # pages and code; a WARC file's records and a Parquet file's rows without text are counts only)
     removed: list[tuple[str, str, int]] = field(default_factory=list)
 
     def drop(self, reason: str, path: str, size: int) -> None:

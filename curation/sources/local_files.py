@@ -1,4 +1,4 @@
-"""Local files into text, with the reasons the code and text readers count when a file cannot be a document."""
+"""Local files into text, with the reasons the code, text and HTML readers count when a file cannot be a document."""
 
 import os
 import re
@@ -9,6 +9,20 @@ from resiliparse.parse.encoding import detect_encoding
 CODING = re.compile(rb"""coding[:=][ \t]*["']?([-\w.]+)""")
 CONTROL = re.compile(r"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f-\x9f]")  # neither text nor its whitespace (nor ESC of colours)
 MAX_CONTROL_SHARE = 0.01  # a detected decoding with more is binary data read as some 8-bit charset
+
+
+def input_files(path: str, kind: str) -> list[str]:
+    """Every file of an input, supported or not (so a reader can count the rest): a directory walked in sorted order,
+    hidden folders skipped, or one file."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{kind} input {path} does not exist")
+    if not os.path.isdir(path):
+        return [path]
+    files = []
+    for folder, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        files += [os.path.join(folder, name) for name in sorted(names)]
+    return files
 
 
 def load_file(file: str, max_bytes: int) -> tuple[int, bytes | str]:

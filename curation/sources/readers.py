@@ -9,38 +9,43 @@ import pyarrow as pa
 
 from curation.recipe import SourceSpec
 from curation.sources import ReadResult
+from curation.sources.html_pages import html_input
 
 READERS = {
     "parquet": ("curation.sources.parquet_documents", "ParquetReader"),
     "code": ("curation.sources.code_repositories", "CodeReader"),
     "warc": ("curation.sources.warc", "WarcReader"),
     "text": ("curation.sources.text_corpus", "TextReader"),
+    "html": ("curation.sources.html_pages", "HtmlReader"),
 }
 
 
-def _reader(source: SourceSpec, snapshot: str):
+def _reader(source: SourceSpec, snapshot: str, path: str):
+    """The reader of `path`'s kind: a `warc` source reads a local folder or page as HTML pages, so one run can mix
+    WARC files and folders of pages."""
+    kind = "html" if source.kind == "warc" and html_input(path) else source.kind
     options = {}
-    if source.kind == "warc":
+    if kind in ("warc", "html"):
         options = {"max_payload_bytes": source.max_payload_bytes}
-    elif source.kind == "text" and "max_payload_bytes" in source.model_fields_set:  # else the reader's 50 MB
+    elif kind == "text" and "max_payload_bytes" in source.model_fields_set:  # else the reader's 50 MB
         options = {"max_file_bytes": source.max_payload_bytes}
-    module, name = READERS[source.kind]
+    module, name = READERS[kind]
     return getattr(import_module(module), name)(snapshot, source.source, **options)
 
 
 def read_input(source: SourceSpec, snapshot: str, path: str) -> ReadResult:
     """One input file as documents, with `bytes_in` always set."""
-    result = _reader(source, snapshot).read(path)
+    result = _reader(source, snapshot, path).read(path)
     if result.bytes_in is None:
         result.bytes_in = fsspec.core.url_to_fs(path)[0].size(path)
     return result
 
 
 def read_batches(source: SourceSpec, snapshot: str, path: str, result: ReadResult) -> Iterator[pa.Table]:
-    """One input file as tables of at most `source.batch_documents` documents where its reader streams (WARC/WET),
-    else as one table; `result` gets the drop counts (and the dropped files), sha256 and `bytes_in` once the file is
-    read."""
-    reader = _reader(source, snapshot)
+    """One input (a file; a folder of pages) as tables of at most `source.batch_documents` documents where its reader
+    streams (WARC/WET, HTML pages), else as one table; `result` gets the drop counts (and the dropped files), sha256 and
+    `bytes_in` once the input is read."""
+    reader = _reader(source, snapshot, path)
     if hasattr(reader, "read_batches"):
         yield from reader.read_batches(path, source.batch_documents, result)
     else:

@@ -1,17 +1,22 @@
-"""Prose that is neither web nor code (books, papers, reference manuals): one shard per directory or file.
+"""Prose that is neither web nor code (books, papers, reference manuals, Wikipedia): one shard per directory or file.
 
 `.txt` and `.md` files (UTF-8, or the charset they declare or that is detected) are one document each;
 `.jsonl`/`.jsonl.gz` one per record with a `text` field and `.parquet` one per row of a `text` column (their `id` and
-`url` are used when present). What cannot be a document is counted (`not_text`, `not_a_file`, `file_too_large`,
-`unreadable`, `binary_file`, `undecodable`, `bad_json`, `bad_parquet`, `empty_text`) and named (its path, `PATH#n` for
-a record), never silently skipped and never fatal to the shard: one bad file or line loses only itself.
+`url` are used when present). A file of no such suffix that starts with `<doc ` is WikiExtractor's output (`wiki_00`
+in folders `AA/`, `AB/`, ...): one document per `<doc id url title>` … `</doc>` block, with the id `wiki-ID` and the
+block's url, its text starting with the title line WikiExtractor repeats (the article's heading). What cannot be a
+document is counted (`not_text`, `not_a_file`, `file_too_large`, `unreadable`, `binary_file`, `undecodable`,
+`bad_json`, `bad_parquet`, `unclosed_doc`, `empty_text`) and named (its path, `PATH#n` for a record), never silently
+skipped and never fatal to the shard: one bad file or line loses only itself.
 """
 
 import gzip
 import hashlib
+import html
 import io
 import json
 import os
+import re
 import zlib
 from collections.abc import Iterator
 
@@ -20,29 +25,36 @@ import pyarrow.parquet as pq
 
 from curation.pyarrow_without_pandas import keep_pandas_for_nanosecond_times
 from curation.schema import DOCUMENT_FIELDS
-from curation.sources.local_files import decode, load_file
+from curation.sources.local_files import decode, input_files, load_file
 from curation.sources import ReadResult, displayable
 
 SUFFIXES = (".txt", ".md", ".jsonl", ".jsonl.gz", ".parquet")
 TEXT_SCHEMA = pa.schema(DOCUMENT_FIELDS)
 Record = dict | tuple[str, int]  # a document's fields, or why a record is dropped and its bytes
-
-
-def text_files(path: str) -> list[str]:
-    """Every file of an input, supported or not (so the reader can count the rest): a directory walked, or one file."""
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"text input {path} does not exist")
-    if not os.path.isdir(path):
-        return [path]
-    files = []
-    for folder, dirs, names in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        files += [os.path.join(folder, name) for name in sorted(names)]
-    return files
+WHOLE_FILE_REASONS = ("bad_parquet", "binary_file", "undecodable")  # a drop that names the file, not a record of it
+WIKI_DOC = re.compile(r"^[ \t]*<doc\b[^>]*>", re.M)
+WIKI_ATTRIBUTE = re.compile(r'\b(id|url)="([^"]*)"')
 
 
 def supported(file: str) -> bool:
     return file.lower().endswith(SUFFIXES)
+
+
+def wikiextractor(file: str) -> bool:
+    """WikiExtractor's output has no suffix of its own (`wiki_00`): its first bytes tell."""
+    if not os.path.isfile(file):  # a pipe would block the read
+        return False
+    try:
+        with open(file, "rb") as handle:
+            head = handle.read(1024)
+    except OSError:
+        return False
+    return head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"<doc ")
+
+
+def readable(file: str) -> bool:
+    """A file the reader makes documents of; every other file of an input is counted as `not_text`."""
+    return supported(file) or wikiextractor(file)
 
 
 def _plain(data: bytes) -> Iterator[Record]:
@@ -83,13 +95,37 @@ def _parquet(data: bytes) -> Iterator[Record]:
     yield from rows
 
 
+def _wikiextractor(data: bytes) -> Iterator[Record]:
+    """A record per `<doc>` block; one cut off before its `</doc>` (a truncated file) is `unclosed_doc`."""
+    text, reason = decode(data)
+    if reason:
+        yield reason, len(data)
+        return
+    heads = list(WIKI_DOC.finditer(text))
+    if not heads:  # `<doc ` cut off before its `>`
+        yield "unclosed_doc", len(data)
+    for head, following in zip(heads, heads[1:] + [None]):
+        body = text[head.end() : following.start() if following else len(text)]
+        end = body.rfind("</doc>")
+        if end < 0:
+            yield "unclosed_doc", len(body.encode())
+            continue
+        attributes = {name: html.unescape(value) for name, value in WIKI_ATTRIBUTE.findall(head.group())}
+        record = {"text": body[:end].strip(), "url": attributes.get("url")}
+        if attributes.get("id"):
+            record["id"] = f"wiki-{attributes['id']}"  # Wikipedia's page id: stable, and apart from the hashed ids
+        yield record
+
+
 def _records(file: str, data: bytes) -> Iterator[Record]:
     name = file.lower()
     if name.endswith(".parquet"):
         return _parquet(data)
     if name.endswith((".jsonl", ".jsonl.gz")):
         return _jsonl(data, compressed=name.endswith(".gz"))
-    return _plain(data)
+    if name.endswith((".txt", ".md")):
+        return _plain(data)
+    return _wikiextractor(data)
 
 
 class TextReader:
@@ -99,9 +135,9 @@ class TextReader:
     def read(self, path: str) -> ReadResult:
         base = path if os.path.isdir(path) else os.path.dirname(path)
         result, rows, digest, size = ReadResult(TEXT_SCHEMA.empty_table()), [], hashlib.sha256(), 0
-        for file in text_files(path):
+        for file in input_files(path, "text"):
             relative = displayable(os.path.relpath(file, base))  # a Latin-1 file name too is a url
-            if not supported(file):  # not read: its size is listed, not counted in bytes_in
+            if not readable(file):  # not read: its size is listed, not counted in bytes_in
                 result.drop("not_text", file, os.path.getsize(file) if os.path.isfile(file) else 0)
                 continue
             file_size, data = load_file(file, self.max_file_bytes)
@@ -114,8 +150,7 @@ class TextReader:
             for number, record in enumerate(_records(file, data)):  # a dropped record is listed as FILE#number
                 if isinstance(record, tuple):
                     reason, record_bytes = record
-                    whole = whole_file or reason == "bad_parquet"  # the file, not one record of it
-                    result.drop(reason, file if whole else f"{file}#{number}", record_bytes)
+                    result.drop(reason, file if reason in WHOLE_FILE_REASONS else f"{file}#{number}", record_bytes)
                 elif not (text := record.get("text") or "").strip():
                     result.drop("empty_text", file if whole_file else f"{file}#{number}", len(text.encode()))
                 else:

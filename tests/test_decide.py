@@ -1,0 +1,98 @@
+"""`curate decide` end to end on real parts: two curated inputs, three recipes, two scales, killed and resumed."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from experiments.decide import load_decision
+
+CURATE = [sys.executable, "-m", "experiments"]
+
+
+def write_documents(folder: Path, texts: list[str], prefix: str) -> None:
+    folder.mkdir(parents=True)
+    for part in range(2):
+        rows = texts[part::2]
+        pq.write_table(pa.table({"id": [f"{prefix}-{part}-{i}" for i in range(len(rows))], "text": rows}),
+                       folder / f"part-{part}.parquet")  # fmt: skip
+
+
+def spec_file(tmp_path: Path) -> Path:
+    """Python's help topics and its modules' docstrings: two real, different kinds of prose."""
+    import pydoc_data.topics
+
+    from curation.sources.python_docs import module_docstrings
+
+    write_documents(tmp_path / "topics", [t for t in pydoc_data.topics.topics.values() if len(t) > 400], "topic")
+    write_documents(tmp_path / "modules", [t for t in module_docstrings().values() if len(t) > 400][:150], "module")
+    evals = tmp_path / "mc.jsonl"
+    evals.write_text("".join(json.dumps({"query": f"Question {i}: the keyword that defines a function is",
+                                         "choices": ["def", "banana"], "gold": 0}) + "\n" for i in range(8)))  # fmt: skip
+    spec = {
+        "curated": {"topics": {"recipe": "parquet-documents", "input": [str(tmp_path / "topics" / "*.parquet")]},
+                    "modules": {"recipe": "parquet-documents", "input": [str(tmp_path / "modules" / "*.parquet")]}},
+        "recipes": {"topics": {"topics": 1}, "modules": {"modules": 1}, "mix": {"topics": 1, "modules": 1}},
+        "target": {"curated": ["topics", "modules"], "fraction": 0.1},
+        "evals": [{"name": "toy", "format": "mc", "path": str(evals)}],
+        "widths": [16, 24], "tokens_per_param": 1.5, "seeds": [2, 2], "vocab_size": 512, "tokenizer_sample_mb": 2,
+        "eval_sequences": 4,
+    }  # fmt: skip
+    path = tmp_path / "decision.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_decision_specs_are_validated_with_errors_that_name_the_field(tmp_path):
+    path = spec_file(tmp_path)
+    spec = yaml.safe_load(path.read_text())
+    assert load_decision(str(path)).seeds == [2, 2]
+    for change, message in [({"seeds": [2, 2, 2]}, "seeds: one count per width"), ({"widths": [24, 16]}, "widths: .*increasing"),
+                            ({"recipes": {"a": {"nope": 1}, "b": {"topics": 1}}}, "recipes.a: .*unknown: \\['nope'\\]"),
+                            ({"target": {"curated": ["nope"]}}, "target.curated"), ({"ladder": "huge"}, "ladder: .*preset")]:  # fmt: skip
+        path.write_text(yaml.safe_dump(spec | change))
+        with pytest.raises(ValueError, match=message):
+            load_decision(str(path))
+    plan = subprocess.run(CURATE + ["decide", str(path.with_name("ok.yaml"))], capture_output=True, text=True)
+    assert plan.returncode == 2 and "ok.yaml" in plan.stderr and "Traceback" not in plan.stderr
+
+
+@pytest.mark.slow
+def test_a_killed_decision_resumes_and_retrains_nothing_finished(tmp_path):
+    path, out = spec_file(tmp_path), tmp_path / "out"
+    command = CURATE + ["decide", str(path), "--out", str(out), "--num-cpus", "2"]
+    env = os.environ | {"PYTHONUNBUFFERED": "1"}
+    first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    deadline = time.monotonic() + 600
+    while not list(out.glob("train/*/results/*.json")) and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.5)
+    os.killpg(first.pid, signal.SIGKILL)  # the whole command, its Ray and its training runs, mid-way
+    first.wait()
+    finished = {p: p.stat().st_mtime_ns for p in out.glob("train/*/results/*.json")}
+    logs = {p.with_suffix(".log").parent.parent / "runs" / f"{p.stem}.log": None for p in finished}
+    logs = {log: log.stat().st_size for log in logs if log.is_file()}
+    assert finished, "no run finished before the kill"
+    second = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert {p: p.stat().st_mtime_ns for p in finished} == finished  # finished runs were not trained again
+    assert {log: log.stat().st_size for log in logs} == logs
+    results = json.loads((out / "results.json").read_text())
+    assert len(results["runs"]) == 3 * 2 * 2 and results["compute_span"] > 1
+    assert set(results["decisions"]) == {"target_loss", "toy/error", "toy/gold_nats_per_char"}
+    for decision in results["decisions"].values():
+        found = decision["against_itself"]["0"]
+        assert found["pairs_resolved"] + found["pairs_unresolved"] == 3
+    target = pq.read_table(out / "target" / "part-00000.parquet")
+    trained_ids = {i for p in out.glob("curated/*/tokens/part-*.parquet")
+                   for i, split in zip(*pq.read_table(p, columns=["id", "split"]).to_pydict().values()) if split == "train"}  # fmt: skip
+    assert target.num_rows and not trained_ids & set(target["id"].to_pylist())  # no recipe trains on the target
+    assert "Decision accuracy" in (out / "report.html").read_text()
+    assert "target loss per recipe" in second.stdout
