@@ -511,7 +511,7 @@ def compare(runs: dict[str, dict], losses: dict[str, pa.Table], slices: dict[str
     documents) and benchmark accuracy of every variant, and of each difference from the base its 95% interval over
     seeds and documents (or items). A loss difference is resolved when its interval on the deciding slice excludes
     zero; an accuracy difference is called only when, besides, neither side is at chance."""
-    from experiments.ablation_stats import at_chance, paired_interval
+    from experiments.ablation_stats import at_chance, documents_to_resolve, paired_interval
 
     seeded = {}
     for name, run in runs.items():
@@ -539,13 +539,14 @@ def compare(runs: dict[str, dict], losses: dict[str, pa.Table], slices: dict[str
     for variant in seeded:
         if variant == BASE:
             continue
-        intervals = {name: paired_interval(sums[variant][:, mask], sums[BASE][:, mask], tokens[mask]).to_json()
-                     for name, mask in shown.items()}  # fmt: skip
+        found = {name: paired_interval(sums[variant][:, mask], sums[BASE][:, mask], tokens[mask]) for name, mask in shown.items()}
+        intervals = {name: interval.to_json() for name, interval in found.items()}
         benchmarks = {}
         for benchmark, mine in accuracy.get(variant, {}).items():
             interval = paired_interval(correct[variant, benchmark], correct[BASE, benchmark],
                                        np.ones(mine["items"])).to_json()  # fmt: skip
             either_at_chance = mine["at_chance"] or accuracy[BASE][benchmark]["at_chance"]
             benchmarks[benchmark] = interval | {"called": interval["resolved"] and not either_at_chance}
-        comparison[variant] = {"val_loss": intervals, "resolved": intervals[deciding]["resolved"], "benchmarks": benchmarks}
+        comparison[variant] = {"val_loss": intervals, "resolved": intervals[deciding]["resolved"], "benchmarks": benchmarks,
+                               "documents_to_resolve": documents_to_resolve(found[deciding], int(shown[deciding].sum()))}  # fmt: skip
     return {"loss": loss, "accuracy": accuracy, "comparison": comparison}

@@ -27,6 +27,8 @@ def comparison_table(results: dict) -> pd.DataFrame:
             row[f"loss {slice_name}"] = loss
             row[f"Δ loss {slice_name} [95%]"] = signed(compared["val_loss"][slice_name]) if compared else "-"
         row[f"resolved ({deciding})"] = ("resolved" if compared["resolved"] else "not resolved") if compared else "-"
+        if compared and compared.get("documents_to_resolve"):
+            row[f"resolved ({deciding})"] += f": ~{compared['documents_to_resolve']:,} {deciding} documents would (at least)"
         for benchmark, score in results["accuracy"].get(name, {}).items():
             row[f"{benchmark} acc"] = f"{score['acc']:.3f}" + (" (at chance)" if score["at_chance"] else "")
             if compared:

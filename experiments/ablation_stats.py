@@ -10,6 +10,7 @@ ends at the smallest and largest seed, so it excludes zero whenever all three pa
 a quarter of variants identical to the base (tests/test_ablation_stats.py measures it).
 """
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -56,6 +57,16 @@ def paired_interval(variant: np.ndarray, base: np.ndarray, weights: np.ndarray, 
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(draws, [tail, 100 - tail])
     return Interval(float(per_seed.mean()), float(low), float(high), [float(value) for value in per_seed])
+
+
+def documents_to_resolve(interval: Interval, documents: int) -> int | None:
+    """For a difference that is not resolved: the validation documents at which an interval of today's width,
+    narrowing as 1/sqrt(documents) as its document term does, would just exclude zero around today's difference.
+    The seed term does not narrow with documents, so it is a lower bound; None when resolved or no difference."""
+    if interval.resolved or interval.difference == 0:
+        return None
+    half = (interval.high - interval.low) / 2
+    return math.ceil(documents * (half / abs(interval.difference)) ** 2)
 
 
 def at_chance(correct: int, items: int, chance: float, level: float = 0.05) -> bool:

@@ -121,7 +121,8 @@ def _print_decision_plan(decision, console: Console) -> None:
 
 
 def _print_decision(results: dict, console: Console) -> None:
-    from experiments.decide_report import accuracy_table, forecast_table, value_table
+    from experiments.decide_report import accuracy_table, best_line, forecast_table, value_table
+    from experiments.decision_accuracy import TRUTHS
 
     console.print("target loss per recipe and scale (mean over seeds, 95% interval):")
     console.print(value_table(results).to_string(), markup=False)
@@ -129,19 +130,31 @@ def _print_decision(results: dict, console: Console) -> None:
     console.print(accuracy_table(results, "against_target_loss").to_string(), markup=False)
     console.print("forecast of the largest scale from the smaller ones:")
     console.print(forecast_table(results).to_string(), markup=False)
-    best = results["best_at_smallest"]
-    if best["metric"]:
-        console.print(f"at the smallest scale {best['metric']} decides best: {best['accuracy']:.2f} of the resolved pairs")
+    for truth, title in TRUTHS.items():
+        console.print(best_line(results["best_at_smallest"][truth], title), markup=False)
 
 
 def add_report_arguments(report) -> None:
     report.add_argument("--training", metavar="TRAIN_OUT", help="also a training run's figures (the --out of `train`)")
-    report.description = "A curation run's figures (plus a training run's with --training), or, given a `train ladder` " \
-        "folder, the ladder's: loss against FLOPs, IsoFLOP curves, the fitted law, the compute-optimal frontier, the forecast."
+    report.description = "A curation run's figures (plus a training run's with --training); given a `train ladder` " \
+        "folder, the ladder's: loss against FLOPs, IsoFLOP curves, the fitted law, the compute-optimal frontier, the " \
+        "forecast; given a `curate decide` folder, its decision-accuracy curves, the recipes' ladders and forecasts."
 
 
 def cmd_report(args) -> int:
     """A curation run's report (with a training run's figures), or a ladder folder's (it has fit.json)."""
+    decided = Path(args.output) / "results.json"
+    if decided.is_file() and (Path(args.output) / "decision.json").is_file():
+        import json
+
+        from curation.io import write_text_atomic
+        from experiments.ablation import LOCAL
+        from experiments.decide_report import render
+
+        target = str(args.html or Path(args.output) / "report.html")
+        write_text_atomic(LOCAL, target, render(json.loads(decided.read_text())))
+        print(f"report: {target}")
+        return 0
     fit = Path(args.output) / "fit.json"
     if fit.is_file():
         import json

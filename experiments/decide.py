@@ -353,9 +353,7 @@ def summarize(spec: DecideSpec, jobs: list[dict], finished: dict, token_stats: d
             "against_target_loss": {str(scale): decision_accuracy.accuracy(by_scale[scale], weights[metric], target_truth)
                                     for scale in range(largest)},
         }  # fmt: skip
-    scored = {metric: d["against_target_loss"]["0"]["accuracy"] for metric, d in decisions.items()
-              if d["against_target_loss"]["0"]["accuracy"] is not None}  # fmt: skip
-    best = max(scored, key=scored.get) if scored else None
+    best = {truth: best_metric(decisions, truth) for truth in decision_accuracy.TRUTHS}
     return {
         "recipes": spec.recipes, "scales": scales, "compute_span": flops[largest] / flops[0],
         "target": {"documents": target_tokens.num_rows, "tokens": int(sum(len(t) for t in target_tokens["tokens"].to_pylist()))},
@@ -365,12 +363,23 @@ def summarize(spec: DecideSpec, jobs: list[dict], finished: dict, token_stats: d
         "evals": {bench.name: len(next(iter(finished.values()))["scores"].get(bench.name, {}).get("item_correct", []))
                   for bench in spec.evals},
         "values": values, "decisions": decisions,
-        "best_at_smallest": {"metric": best, "accuracy": scored.get(best), "truth": "target loss at the largest scale"},
+        "best_at_smallest": best,
         "forecasts": forecasts(values[TARGET], scales),
         "runs": [{"run": job["run"], "recipe": job["recipe"], "seed": job["seed"], "scale": job["scale"],
                   "val_loss": finished[job["run"]]["result"]["val_loss"], "target_loss": per_token(finished[job["run"]]["losses"]),
                   "seconds": finished[job["run"]]["result"]["seconds"]} for job in jobs],
     }  # fmt: skip
+
+
+def best_metric(decisions: dict, truth: str) -> dict:
+    """The metric whose smallest scale orders the most resolved pairs right (accuracy first, then how many pairs
+    it rests on): with one resolved pair an accuracy of 1 says little, and the count says so."""
+    scored = {metric: d[truth]["0"] for metric, d in decisions.items() if d[truth]["0"]["accuracy"] is not None}
+    if not scored:
+        return {"metric": None}
+    metric = max(scored, key=lambda name: (scored[name]["accuracy"], scored[name]["pairs_resolved"]))
+    found = scored[metric]
+    return {"metric": metric, "accuracy": found["accuracy"], "interval": found["interval"], "pairs": found["pairs_resolved"]}
 
 
 def forecasts(target_values: dict, scales: list[dict]) -> dict:

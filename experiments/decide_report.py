@@ -98,20 +98,26 @@ def forecast_table(results: dict) -> pd.DataFrame:
                                    for recipe, f in results["forecasts"].items()}, orient="index")  # fmt: skip
 
 
+def best_line(best: dict, truth: str) -> str:
+    """Which metric decides best at the smallest scale, for one kind of truth, in one sentence."""
+    if best["metric"] is None:
+        return f"With {truth.removeprefix('truth: ')} as truth no pair is resolved: no metric can be scored."
+    low, high = best["interval"]
+    return (f"With {truth.removeprefix('truth: ')} as truth, {best['metric']} decides best at the smallest scale: "
+            f"{best['accuracy']:.2f} [{low:.2f}, {high:.2f}] of {best['pairs']} resolved pair(s).")
+
+
 def render(results: dict) -> str:
     scales = ", ".join(f"w{s['width']}: {s['params']:,} params, {s['tokens']:,} tokens, {s['flops']:.2e} FLOPs, "
                        f"{s['seeds']} seeds" for s in results["scales"])  # fmt: skip
-    best = results["best_at_smallest"]
-    headline = ("No pair is resolved at the largest scale by the target loss: no metric can be scored." if best["metric"] is None
-                else f"At the smallest scale, <b>{html.escape(best['metric'])}</b> decides best against the {best['truth']}: "
-                f"{best['accuracy']:.2f} of the resolved pairs.")  # fmt: skip
+    headline = " ".join(best_line(results["best_at_smallest"][truth], title) for truth, title in TRUTHS.items())
     parts = [
         "<html><head><meta charset='utf-8'><title>Data decision</title></head><body>",
         f"<h1>Data decision: {len(results['recipes'])} recipes at {len(results['scales'])} scales "
         f"({results['compute_span']:.1f}x compute)</h1>",
         f"<p>Scales: {html.escape(scales)}. Target: {results['target']['documents']:,} documents, "
         f"{results['target']['tokens']:,} tokens, held out before curation. Wall time {results.get('wall_seconds', 0):.0f} s.</p>",
-        f"<p>{headline} A pair not resolved at the largest scale has no ground truth: it is counted apart.</p>",
+        f"<p>{html.escape(headline)} A pair not resolved at the largest scale has no ground truth: it is counted apart.</p>",
         "<h2>Decision accuracy</h2>",
         f"<img src='data:image/png;base64,{png_base64(accuracy_figure(results))}'>",
     ]  # fmt: skip

@@ -85,3 +85,11 @@ def test_a_model_at_chance_is_flagged_even_when_its_seeds_agree():
     guessing = (rng.random((2, 100)) < 0.25).astype(float)
     agreeing = np.array([guessing[0], guessing[0]])  # two seeds that agree exactly: no seed noise at all
     assert at_chance(int(agreeing.mean() * 100), 100, 0.25)
+
+
+def test_documents_to_resolve_scales_the_interval_as_one_over_root_documents():
+    from experiments.ablation_stats import Interval, documents_to_resolve
+
+    unresolved = Interval(difference=0.1, low=-0.1, high=0.3, per_seed=[0.1, 0.1])  # half-width 0.2: twice the difference
+    assert documents_to_resolve(unresolved, 100) == 400
+    assert documents_to_resolve(Interval(0.1, 0.05, 0.15, [0.1, 0.1]), 100) is None  # resolved already

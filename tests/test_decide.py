@@ -94,5 +94,7 @@ def test_a_killed_decision_resumes_and_retrains_nothing_finished(tmp_path):
     trained_ids = {i for p in out.glob("curated/*/tokens/part-*.parquet")
                    for i, split in zip(*pq.read_table(p, columns=["id", "split"]).to_pydict().values()) if split == "train"}  # fmt: skip
     assert target.num_rows and not trained_ids & set(target["id"].to_pylist())  # no recipe trains on the target
-    assert "Decision accuracy" in (out / "report.html").read_text()
+    (out / "report.html").unlink()
+    report = subprocess.run(CURATE + ["report", str(out)], capture_output=True, text=True)
+    assert report.returncode == 0 and "Decision accuracy" in (out / "report.html").read_text()
     assert "target loss per recipe" in second.stdout
