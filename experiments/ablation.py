@@ -205,7 +205,7 @@ class Ablation:
             table = pq.read_table(part, columns=["id", "source", "text"])
             keep = [held_out(doc_id, self.spec.validation_fraction) and bool(text and text.strip())
                     for doc_id, text in zip(table["id"].to_pylist(), table["text"].to_pylist())]  # fmt: skip
-            tables.append(table.filter(pa.array(keep)))
+            tables.append(table.filter(pa.array(keep, pa.bool_())))  # typed: a part of no rows gives []
         held = pa.concat_tables(tables) if tables else None
         if held is None or held.num_rows == 0:
             raise ValueError(f"no validation documents held out of {folder} at fraction {self.spec.validation_fraction}")

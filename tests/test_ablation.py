@@ -262,3 +262,22 @@ benchmarks:
     assert json.loads((out / "results.json").read_text())["comparison"] == results["comparison"]
     assert {p: p.stat().st_mtime_ns for p in outputs} == mtimes and len(mtimes) > 6
     assert not re.search(r"(training|scoring) \S+-seed\d", again.stdout) and "training base-seed0" in done.stdout
+
+
+def test_holding_out_skips_a_part_with_no_rows(tmp_path):
+    """A folder of pages that all failed extraction writes a part of no rows: the hold-out reads past it."""
+    import pyarrow as pa
+
+    from experiments.ablation import BASE, Ablation, AblationSpec
+
+    ablation = Ablation(AblationSpec(variants=[VariantSpec(name="raw", recipe="extract-only")], validation_fraction=0.5),
+                        str(tmp_path / "out"), ["in"], "local")  # fmt: skip
+    base = ablation.recipes[BASE]
+    folder = ablation.curated(BASE) / base.stage_dirs()[1 + [s.stage for s in base.stages].index("extract")]
+    folder.mkdir(parents=True)
+    empty = pa.table({"id": pa.array([], pa.string()), "source": pa.array([], pa.string()), "text": pa.array([], pa.string())})
+    pq.write_table(empty, folder / "part-00000.parquet")
+    ids = [f"doc-{i}" for i in range(40)]
+    pq.write_table(pa.table({"id": ids, "source": ["web"] * 40, "text": ["some words"] * 40}), folder / "part-00001.parquet")
+    held = pq.read_table(ablation.hold_out())
+    assert 0 < held.num_rows < 40 and set(held["id"].to_pylist()) <= set(ids)
