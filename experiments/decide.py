@@ -63,6 +63,8 @@ class DecideSpec(BaseModel):
     evals: list[BenchmarkSpec] = Field(default_factory=list, description="multiple-choice evaluation sets (local files)")
     max_items: int = Field(500, gt=0, description="items per evaluation set (a fixed sample of its first ones when more)")
     ladder: str = Field("cpu", description="ladder preset whose shape, lr rule, sequence and batch every scale uses: cpu|gpu")
+    lr: float | None = Field(None, gt=0, description="the preset's peak lr instead (of its lr_width model; the same for "
+                             "every recipe): the cpu preset's 4e-3 x 64 / width makes w20's seeds differ by 0.7 nats")  # fmt: skip
     widths: list[int] = Field([20, 32, 48], min_length=2, description="one model width per scale, smallest first")
     tokens_per_param: float = Field(10.0, gt=0, description="training tokens per (total) parameter at every scale")
     seeds: list[int] = Field([3, 3, 3], min_length=2, description="seeds per scale (the same list length as widths)")
@@ -118,7 +120,8 @@ class Decision:
                                  "before extraction: hold the target out of parquet or text inputs")  # fmt: skip
         self.evals = {bench.name: load_choice_items(bench)[: spec.max_items] for bench in spec.evals}
         self.ladder_spec = LadderSpec(**(PRESETS["cpu"] | PRESETS[spec.ladder] | {
-            "mixture": "", "forecast": False, "eval_sequences": spec.eval_sequences, "parallel": spec.parallel}))  # fmt: skip
+            "mixture": "", "forecast": False, "eval_sequences": spec.eval_sequences, "parallel": spec.parallel}
+            | ({"lr": spec.lr} if spec.lr else {})))  # fmt: skip
 
     def inputs(self, name: str) -> tuple[list[str], str]:
         from curation.cli import make_console, resolve_inputs
@@ -128,8 +131,9 @@ class Decision:
 
     def check_same(self) -> None:
         record = self.out / "decision.json"
-        given = json.loads(self.spec.model_dump_json())
-        if record.is_file() and json.loads(record.read_text()) != given:
+        set_only = lambda spec: {key: value for key, value in spec.items() if value is not None}  # noqa: E731
+        given = set_only(json.loads(self.spec.model_dump_json()))  # an option left unset is not part of it
+        if record.is_file() and set_only(json.loads(record.read_text())) != given:
             raise ValueError(f"{self.out} holds another decision (its decision.json differs): choose another --out")
         self.out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(LOCAL, str(record), given)
