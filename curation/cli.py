@@ -548,8 +548,13 @@ def cmd_quality(args) -> int:
     if args.select:
         settings, inner_auc = quality.select_settings(fit, quality.GRID, seed=args.seed, dim=args.dim, bucket=args.bucket)
         print(f"chosen by 4-fold CV on the {len(fit)} training documents: {settings} (mean AUC {inner_auc:.3f})")
-    model = quality.train(fit, args.out, dim=args.dim, bucket=args.bucket, threads=args.threads, seed=args.seed,
-                          quantize=args.quantize, cutoff=args.cutoff if args.quantize else 0, **settings)  # fmt: skip
+    try:
+        model, settings["lr"] = quality.train_halving_lr_on_nan(
+            fit, args.out, dim=args.dim, bucket=args.bucket, threads=args.threads, seed=args.seed,
+            quantize=args.quantize, cutoff=args.cutoff if args.quantize else 0, **settings)  # fmt: skip
+    except RuntimeError as error:
+        print(f"curate: {error} (--lr)", file=sys.stderr)
+        return 1
     print(f"trained on {len(fit)} documents ({sum(label for _, label in fit)} positive) -> {args.out}")
     combiner = None
     if args.combine:

@@ -116,6 +116,22 @@ def train(examples: list[tuple[str, int]], out: str, epoch: int = 50, lr: float 
     return model
 
 
+def train_halving_lr_on_nan(examples: list[tuple[str, int]], out: str, lr: float, attempts: int = 4, say=print,
+                            **train_args):  # fmt: skip
+    """`train`, and where fastText diverges ("Encountered NaN": the learning rate is too high for these documents, and
+    where it does depends on the CPU's floating point), again at half the rate, saying so: a user asked for a model."""
+    for attempt in range(attempts):
+        try:
+            return train(examples, out, lr=lr, **train_args), lr
+        except RuntimeError as error:
+            if "NaN" not in str(error):
+                raise
+            if attempt == attempts - 1:
+                raise RuntimeError(f"fastText diverged even at lr {lr:g}; pass a smaller lr") from error
+            say(f"fastText diverged at lr {lr:g}; training again at lr {lr / 2:g}")
+            lr /= 2
+
+
 def score(model, texts: list[str]) -> list[float]:
     return [positive_probability(model, text) for text in texts]
 

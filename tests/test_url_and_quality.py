@@ -101,6 +101,18 @@ def test_a_model_trained_with_combine_scores_with_its_signals(labelled, tmp_path
         stage.setup()
 
 
+def test_training_that_diverges_is_tried_again_at_half_the_lr_and_says_so(labelled, tmp_path, capsys):
+    from curation.cli import main
+
+    data = tmp_path / "labelled.jsonl"
+    data.write_text("\n".join(json.dumps({"text": t, "label": lab}) for t, lab in labelled))
+    model = tmp_path / "model.bin"
+    assert main(["quality", "train", "--labelled", str(data), "--out", str(model), "--epoch", "10", "--lr", "80"]) == 0
+    assert "fastText diverged at lr 80; training again at lr 40" in capsys.readouterr().out and model.exists()
+    assert main(["quality", "train", "--labelled", str(data), "--out", str(tmp_path / "m2.bin"), "--lr", "1e6"]) == 1
+    assert capsys.readouterr().err.strip() == "curate: fastText diverged even at lr 125000; pass a smaller lr (--lr)"
+
+
 def test_threshold_and_top_fraction_together_or_a_missing_model_is_an_error():
     with pytest.raises(ValueError, match="not both"):
         QualityScorer.Params(threshold=0.5, top_fraction=0.1)
