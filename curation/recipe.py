@@ -80,7 +80,7 @@ def _describe(error: ValidationError, prefix: str) -> str:
     lines = []
     for item in error.errors():
         where = prefix + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in item["loc"])
-        lines.append(f"{where.lstrip('.')}: {item['msg']}")
+        lines.append(f"{where.lstrip('.')}: {item['msg'].removeprefix('Value error, ')}")  # pydantic's prefix says nothing
     return lines[0] if len(lines) == 1 else "\n" + "\n".join(f"  {line}" for line in lines)
 
 
@@ -99,7 +99,7 @@ def parse_recipe(data: object, origin: str) -> Recipe:
     written: dict[str, str] = {}
     for index, spec in enumerate(recipe.stages):
         stage_class = STAGES[spec.stage]
-        for column in set(stage_class.adds) - {"text"} - set(stage_class.rewrites):
+        for column in set(recipe.build(index).adds) - {"text"} - set(stage_class.rewrites):  # a column may be a param
             if column in written and written[column] != spec.stage:  # a stage used twice owns its columns
                 raise RecipeError(f"{origin}: stages[{index}] ({spec.stage}) would overwrite the `{column}` column that "
                                   f"{written[column]} writes")  # fmt: skip

@@ -35,13 +35,20 @@ def _stage_dirs(run: str) -> list[str]:
     return list(stats.funnel(stats.load(run)).index)
 
 
+def _adds(spec: dict) -> dict:
+    """The columns a recipe's stage adds (some name theirs in a parameter); its params are not checked again here,
+    so a run is reported after its models moved."""
+    stage_class = STAGES[spec["stage"]]
+    return stage_class(stage_class.Params.model_construct(**spec.get("params", {}))).adds
+
+
 def _stage_with(run: str, column: str) -> tuple[str, str] | None:
     """The stage that adds `column`, and the first stage from it on whose kept documents were written: the same one
     in a run with --materialize-all, else the last stage of its fused segment."""
     fs, root = fsspec.core.url_to_fs(run)
     stages = read_json(fs, f"{root.rstrip('/')}/manifest.json")["recipe"]["stages"]
     stage_dirs = _stage_dirs(run)
-    adding = next((i + 1 for i, spec in enumerate(stages) if column in STAGES[spec["stage"]].adds), None)
+    adding = next((i + 1 for i, spec in enumerate(stages) if column in _adds(spec)), None)
     if adding is None:
         return None
     for written in stage_dirs[adding:]:

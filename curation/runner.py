@@ -97,6 +97,15 @@ def _segment_on_node(task: SegmentTask) -> list[dict]:
     return [{**stats, "node": node} for stats in run_segment(task)]
 
 
+class _GpuSegments:
+    """A Ray actor holding GPUs: it runs the segments of one GPU stage, whose model its process loads once."""
+
+    def run(self, task: SegmentTask) -> list[dict]:
+        import ray
+
+        return [{**stats, "gpu_ids": [str(i) for i in ray.get_gpu_ids()]} for stats in _segment_on_node(task)]
+
+
 def _pass_task_on_node(ctx: dedup.PassContext, step: str, *args) -> dict:
     spare_workers_pandas()
     return {**dedup.run_task(ctx, step, *args), "node": _node()}
@@ -128,7 +137,11 @@ class _Scheduler:
                                        snapshot=snapshot, versions=_versions())  # fmt: skip
         count = len(self.stage_dirs)
         self.barriers = {i + 1 for i, spec in enumerate(recipe.stages) if issubclass(STAGES[spec.stage], DuplicateFilter)}
-        ends = {b - 1 for b in self.barriers} | {count - 1}
+        # a stage that declares GPUs runs alone in its segment, in actors that each hold GPUs (where the cluster has
+        # them): the parts around it are written, so the CPU stages before and after it run as tasks beside them
+        gpus = ray.cluster_resources().get("GPU", 0)
+        self.gpu_stages = {i + 1 for i, spec in enumerate(recipe.stages) if 0 < STAGES[spec.stage].num_gpus <= gpus}
+        ends = {b - 1 for b in self.barriers} | {count - 1} | {g - 1 for g in self.gpu_stages} | self.gpu_stages
         self.writes = frozenset(range(count)) if materialize_all else frozenset(ends)
         self.segment_end = {k: min(end for end in ends if end >= k) for k in range(count)}
         self.result = RunResult(output=output, removed_stages=self.manifest.forgotten)
@@ -143,6 +156,9 @@ class _Scheduler:
         # is not: a bad input fails the same way twice
         self.remote_segment = ray.remote(_segment_on_node)
         self.remote_pass_task = ray.remote(_pass_task_on_node).options(num_cpus=1, max_retries=TASK_RETRIES)
+        self.actors: dict[int, list] = {}  # GPU stage -> its actors, started at its first segment
+        self.actor_load: dict = {}  # actor -> segments submitted to it and not yet collected
+        self.actor_of: dict = {}  # Ray reference -> the actor running it
 
     def remove_stale_reports(self) -> None:
         """The report file of a stage an earlier recipe had (e.g. decontamination.parquet), gone with its stage."""
@@ -219,8 +235,28 @@ class _Scheduler:
             self.recipe, first, last, shard, self.inputs[shard] if first == 0 else self.folder.part(first - 1, shard),
             self.folder, self.writes, self.keep_removed, self.snapshot, self.hashes, self.passes.get(first),
         )  # fmt: skip
+        if first in self.gpu_stages:
+            actor = min(self.gpu_actors(first), key=lambda a: self.actor_load[a])
+            self.actor_load[actor] += 1
+            reference = actor.run.remote(task)
+            self.actor_of[reference] = actor
+            self.pending[reference] = task
+            return
         cpus = max(1.0 if k == 0 else STAGES[self.recipe.stages[k - 1].stage].num_cpus for k in range(first, last + 1))
         self.pending[self.remote_segment.options(num_cpus=cpus, max_retries=TASK_RETRIES).remote(task)] = task
+
+    def gpu_actors(self, stage: int) -> list:
+        """The stage's actors: as many as the cluster has GPUs for, each loading the stage's model once."""
+        import ray
+
+        if stage not in self.actors:
+            per_actor = STAGES[self.recipe.stages[stage - 1].stage].num_gpus
+            count = max(1, int(ray.cluster_resources().get("GPU", 0) // per_actor))
+            actor_class = ray.remote(_GpuSegments).options(num_cpus=1, num_gpus=per_actor, max_restarts=TASK_RETRIES,
+                                                           max_task_retries=TASK_RETRIES)  # fmt: skip
+            self.actors[stage] = [actor_class.remote() for _ in range(count)]
+            self.actor_load.update({actor: 0 for actor in self.actors[stage]})
+        return self.actors[stage]
 
     def collect_segments(self) -> None:
         """Record every running segment as it finishes and move its shard on."""
@@ -229,6 +265,8 @@ class _Scheduler:
         while self.pending:
             (finished,), _ = ray.wait(list(self.pending), num_returns=1)
             task = self.pending.pop(finished)
+            if finished in self.actor_of:
+                self.actor_load[self.actor_of.pop(finished)] -= 1
             try:
                 stage_stats = ray.get(finished)
             except Exception as error:
@@ -308,7 +346,12 @@ class _Scheduler:
         return fan_out
 
     def finish(self) -> None:
-        """Delete finished passes' work files (their stats stay), merge stage reports, write stats.json."""
+        """Free the GPU actors (a next recipe on the same Ray needs their GPUs); delete finished passes' work files
+        (their stats stay), merge stage reports, write stats.json."""
+        import ray
+
+        for actor in self.actor_load:
+            ray.kill(actor)
         fs, folder = self.folder.fs, self.folder
         for barrier in self.barriers:
             entry = self.manifest.data["stages"][self.stage_dirs[barrier]]

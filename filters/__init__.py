@@ -24,6 +24,7 @@ _REGISTRY: dict[str, tuple[str, str, str | None]] = {
     "code_filters": ("filters.code_filters", "CodeFilters", None),
     "quality_buckets": ("filters.quality_buckets", "QualityBuckets", None),
     "score_filter": ("filters.score_filter", "ScoreFilter", None),
+    "model_score": ("filters.model_score", "ModelScorer", None),
     "badwords": ("filters.badwords", "BadWordsFilter", None),
     "datatrove": ("filters.datatrove_step", "DatatroveStep", None),
     "code_language": ("filters.code_language", "CodeLanguage", None),

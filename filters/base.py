@@ -55,6 +55,8 @@ class Stage:
     # other column, `text` aside, is one stage's: a recipe where two stages write it is refused at load
     rewrites: ClassVar[tuple[str, ...]] = ()
     num_cpus: ClassVar[float] = 1.0
+    # GPUs it runs on where the cluster has them (a model's stage): the runner runs it alone in actors holding them
+    num_gpus: ClassVar[float] = 0.0
     # each row's outcome depends on that row alone, so the runner may feed the stage a file in batches
     per_document: ClassVar[bool] = True
     report_name: ClassVar[str | None] = None  # a stage whose stats carry "report" rows: the runner writes OUT/<name>.parquet

@@ -67,11 +67,11 @@ def test_bad_benchmark_files_are_named(tmp_path):
         load_items(BenchmarkSpec(name="g", format="gsm8k", path=str(tmp_path / "other.jsonl")))
     with pytest.raises(ValidationError, match="benchmark file not found: .*missing.jsonl"):
         BenchmarkSpec(name="g", format="gsm8k", path=str(tmp_path / "missing.jsonl"))
-    with pytest.raises(Exception, match=r"stages\[0\]\.params\.benchmarks\[0\]: Value error, benchmark file not found: nowhere/test.jsonl"):
+    with pytest.raises(Exception, match=r"stages\[0\]\.params\.benchmarks\[0\]: benchmark file not found: nowhere/test.jsonl"):
         parse_recipe({"name": "x", "stages": [{"stage": "decontam", "params": {"benchmarks": [{"name": "g", "format": "gsm8k", "path": "nowhere/test.jsonl"}]}}]}, "x.yaml")
     with pytest.raises(ValidationError, match="unknown format"):
         BenchmarkSpec(name="g", format="nope", path="x")
-    with pytest.raises(Exception, match=r"stages\[0\]\.params: Value error, give benchmarks"):
+    with pytest.raises(Exception, match=r"stages\[0\]\.params: give benchmarks"):
         parse_recipe({"name": "x", "stages": [{"stage": "decontam", "params": {}}]}, "x.yaml")
 
 

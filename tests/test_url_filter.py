@@ -142,7 +142,7 @@ def test_user_lists_add_to_fineweb_lists(stage, tmp_path):
 def test_missing_list_file_fails_at_recipe_load(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("name: r\nstages:\n  - stage: url_filter\n    params: {domain_lists: [x.txt]}\n")
-    expected = r"stages\[0\]\.params\.domain_lists: Value error, blocklist 'x.txt' is neither a file"
+    expected = r"stages\[0\]\.params\.domain_lists: blocklist 'x.txt' is neither a file"
     with pytest.raises(RecipeError, match=expected):
         load_recipe(str(recipe))
     assert load_recipe("fineweb-snapshot").build(0).params.fineweb_lists

@@ -1,0 +1,175 @@
+"""Model score: a Hugging Face sequence classifier's score per document (FineWeb-Edu's educational-value regressor,
+a quality or toxicity classifier), kept as a column and, where asked, kept by threshold or top fraction.
+
+The model and its tokenizer come from one folder (`save_pretrained`'s layout) or, where there is a network, a hub id.
+A regression head (one output) gives its value; a classifier gives the softmax probability of `positive_class`.
+A document longer than `max_tokens` (or than the model's positions) is scored on its first tokens, as FineWeb-Edu
+scores its first 512: truncated, never an error. Inside each table the stage gets (a batch of a shard), documents are
+sorted by length and cut into batches of at most `batch_tokens` padded tokens, each padded to its own longest (NeMo
+Curator's CrossFit does the same), so little compute goes to padding and none to per-document calls.
+
+The stage declares one GPU (`num_gpus`): on a Ray cluster with GPUs the runner runs it in actors that each hold one
+and load the model once; elsewhere it runs on the CPU in the same worker as the stages around it.
+"""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from pydantic import Field, model_validator
+
+from filters.base import Annotation, Stage, StageParams
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def load_config_and_tokenizer(model_path: str):
+    """The model's config and its tokenizer, or a ValueError naming the folder and what is wrong with it."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    where = Path(model_path)
+    if not where.exists() and (model_path.startswith((".", "/", "~")) or model_path.count("/") != 1):
+        raise ValueError(f"model folder not found: {model_path}")
+    try:
+        config = AutoConfig.from_pretrained(model_path)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{model_path} holds no Hugging Face model config ({_first_line(error)})") from None
+    if not any(name.endswith("ForSequenceClassification") for name in config.architectures or []):
+        raise ValueError(f"{model_path} is a {', '.join(config.architectures or ['model without an architecture'])}, "
+                         "not a sequence classifier (…ForSequenceClassification)")  # fmt: skip
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+    except (OSError, ValueError, TypeError) as error:
+        raise ValueError(f"{model_path} holds no tokenizer that loads ({_first_line(error)})") from None
+    if len(tokenizer) <= len(tokenizer.all_special_tokens):  # transformers 5 makes one of special tokens from nothing
+        raise ValueError(f"{model_path} holds no tokenizer that loads (no vocabulary beside special tokens)")
+    if len(tokenizer) > config.vocab_size:
+        raise ValueError(f"{model_path}: its tokenizer has {len(tokenizer):,} tokens, more than the model's vocabulary "
+                         f"of {config.vocab_size:,}: the tokenizer of another model")  # fmt: skip
+    return config, tokenizer
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+
+
+class ModelScoreParams(StageParams):
+    model_path: str = Field(description="a folder with a …ForSequenceClassification model and its tokenizer "
+                            "(save_pretrained's layout), or a hub id where there is a network")  # fmt: skip
+    column: str = Field("model_score", min_length=1, description="the score's column, so several scorers coexist")
+    positive_class: str | int | None = Field(None, description="a classifier's class whose probability is the score "
+                                             "(a label of the model's id2label, or its index); none for a regression "
+                                             "head (one output)")  # fmt: skip
+    max_tokens: int = Field(512, ge=1, description="tokens scored per document (its first ones); at most the model's positions")
+    batch_tokens: int = Field(16384, ge=1, description="padded tokens per forward pass")
+    threshold: float | None = Field(None, description="keep documents scoring at least this")
+    keep_top_fraction: float | None = Field(None, gt=0, le=1, description="keep this best-scoring fraction of each shard")
+    int_score: bool = Field(False, description="also write COLUMN_int: the score rounded and clipped to 0-5, as FineWeb-Edu's int_score")
+    dtype: str = Field("auto", description=f"one of {DTYPES}; auto: bfloat16 on a GPU, float32 on the CPU")
+    device: str = Field("auto", description="auto (a GPU when one is visible), cpu, or cuda[:N]")
+
+    @model_validator(mode="after")
+    def checked_against_the_model(self):
+        if self.threshold is not None and self.keep_top_fraction is not None:
+            raise ValueError("give threshold or keep_top_fraction, not both")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r} is not one of {DTYPES}")
+        config, _ = load_config_and_tokenizer(self.model_path)
+        self.positive_index(config)
+        return self
+
+    def positive_index(self, config) -> int | None:
+        """The output the score reads: None for a regression head, else the positive class's index."""
+        labels = {int(index): name for index, name in (config.id2label or {}).items()}
+        if config.num_labels == 1:
+            if self.positive_class is not None:
+                raise ValueError(f"positive_class: {self.model_path} is a regression head (one output), it has no classes")
+            return None
+        if self.positive_class is None:
+            raise ValueError(f"positive_class: {self.model_path} has {config.num_labels} classes "
+                             f"({', '.join(labels.values())}): name the one whose probability is the score")  # fmt: skip
+        if isinstance(self.positive_class, int) and 0 <= self.positive_class < config.num_labels:
+            return self.positive_class
+        named = [index for index, name in labels.items() if name == self.positive_class]
+        if not named:
+            raise ValueError(f"positive_class: {self.positive_class!r} is not a class of {self.model_path} "
+                             f"({', '.join(labels.values())})")  # fmt: skip
+        return named[0]
+
+
+class ModelScorer(Stage):
+    name = "model_score"
+    Params = ModelScoreParams
+    num_gpus = 1.0  # used where the cluster has GPUs; the runner keeps the stage on the CPU elsewhere
+
+    def __init__(self, params: ModelScoreParams | None = None):
+        super().__init__(params)
+        column = self.params.column
+        self.adds = {column: pa.float32(), **({f"{column}_int": pa.int8()} if self.params.int_score else {})}
+
+    @property
+    def per_document(self) -> bool:
+        """A threshold judges each document alone; a top fraction needs the whole shard."""
+        return self.params.keep_top_fraction is None
+
+    def setup(self) -> None:
+        import torch
+        from transformers import AutoModelForSequenceClassification
+
+        config, self.tokenizer = load_config_and_tokenizer(self.params.model_path)
+        self.positive = self.params.positive_index(config)
+        device = self.params.device
+        self.device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
+        dtype = self.params.dtype
+        if dtype == "auto":
+            dtype = "bfloat16" if self.device.type == "cuda" else "float32"
+        self.model = AutoModelForSequenceClassification.from_pretrained(self.params.model_path)
+        self.model.to(self.device, getattr(torch, dtype)).eval()
+        if self.tokenizer.pad_token is None:  # a decoder's classifier reads its last token that is not padding
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        positions = getattr(config, "max_position_embeddings", None) or math.inf
+        self.max_tokens = int(min(self.params.max_tokens, positions, self.tokenizer.model_max_length))
+
+    def scores(self, texts: list[str]) -> np.ndarray:
+        """One score per text, in the order given."""
+        import torch
+
+        encoded = self.tokenizer(texts, truncation=True, max_length=self.max_tokens)["input_ids"]
+        result = np.zeros(len(texts), dtype=np.float32)
+        with torch.inference_mode():
+            for batch in length_sorted_batches([len(ids) for ids in encoded], self.params.batch_tokens):
+                padded = self.tokenizer.pad({"input_ids": [encoded[i] for i in batch]}, return_tensors="pt")
+                logits = self.model(**{k: v.to(self.device) for k, v in padded.items()}).logits.float()
+                values = logits[:, 0] if self.positive is None else logits.softmax(-1)[:, self.positive]
+                result[batch] = values.cpu().numpy()
+        return result
+
+    def annotate(self, table: pa.Table) -> Annotation:
+        texts = table["text"].to_pylist()
+        scores = self.scores(texts)
+        column = self.params.column
+        columns = {column: scores.tolist()}
+        if self.params.int_score:
+            columns[f"{column}_int"] = np.rint(np.clip(scores, 0, 5)).astype(np.int8).tolist()
+        cut = self.params.threshold
+        if self.params.keep_top_fraction is not None and len(scores):
+            wanted = math.ceil(self.params.keep_top_fraction * len(scores) - 1e-9)
+            cut = float(np.sort(scores)[::-1][wanted - 1])
+        reason = f"{column}_below_threshold" if self.params.threshold is not None else f"{column}_not_top_fraction"
+        reasons = [None if cut is None or s >= cut else reason for s in scores.tolist()]
+        return Annotation(reasons, columns, {} if cut is None else {f"{column}_cut": float(cut)})
+
+
+def length_sorted_batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
+    """Indices of `lengths` cut into batches, longest first, each at most `batch_tokens` once padded to its longest
+    (a single document longer than that is a batch alone)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    for index in order:
+        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= batch_tokens:
+            batches[-1].append(index)
+        else:
+            batches.append([index])
+    return batches
