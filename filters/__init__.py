@@ -25,6 +25,8 @@ _REGISTRY: dict[str, tuple[str, str, str | None]] = {
     "quality_buckets": ("filters.quality_buckets", "QualityBuckets", None),
     "score_filter": ("filters.score_filter", "ScoreFilter", None),
     "model_score": ("filters.model_score", "ModelScorer", None),
+    "perplexity": ("filters.perplexity", "PerplexityScorer", None),
+    "score_ensemble": ("filters.score_ensemble", "ScoreEnsemble", None),
     "badwords": ("filters.badwords", "BadWordsFilter", None),
     "datatrove": ("filters.datatrove_step", "DatatroveStep", None),
     "code_language": ("filters.code_language", "CodeLanguage", None),

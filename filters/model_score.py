@@ -50,6 +50,16 @@ def load_config_and_tokenizer(model_path: str):
     return config, tokenizer
 
 
+def model_device_and_dtype(device: str, dtype: str):
+    """A stage's torch device and dtype: `auto` is a visible GPU in bfloat16, else the CPU in float32."""
+    import torch
+
+    chosen = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
+    if dtype == "auto":
+        dtype = "bfloat16" if chosen.type == "cuda" else "float32"
+    return chosen, getattr(torch, dtype)
+
+
 def _first_line(error: Exception) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
 
@@ -114,18 +124,12 @@ class ModelScorer(Stage):
         return self.params.keep_top_fraction is None
 
     def setup(self) -> None:
-        import torch
         from transformers import AutoModelForSequenceClassification
 
         config, self.tokenizer = load_config_and_tokenizer(self.params.model_path)
         self.positive = self.params.positive_index(config)
-        device = self.params.device
-        self.device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
-        dtype = self.params.dtype
-        if dtype == "auto":
-            dtype = "bfloat16" if self.device.type == "cuda" else "float32"
-        self.model = AutoModelForSequenceClassification.from_pretrained(self.params.model_path)
-        self.model.to(self.device, getattr(torch, dtype)).eval()
+        self.device, dtype = model_device_and_dtype(self.params.device, self.params.dtype)
+        self.model = AutoModelForSequenceClassification.from_pretrained(self.params.model_path).to(self.device, dtype).eval()
         if self.tokenizer.pad_token is None:  # a decoder's classifier reads its last token that is not padding
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model.config.pad_token_id = self.tokenizer.pad_token_id

@@ -290,6 +290,15 @@ def test_export_loads_in_transformers_with_our_logits_and_generates(workdir, pha
     generated = theirs.generate(ids[:, :8], max_new_tokens=5, do_sample=False, pad_token_id=tokenizer.eos_token_id)
     assert generated.shape == (1, 13)
 
+    from filters.perplexity import PerplexityScorer  # curation scores text under the export: bits per byte of our loss
+
+    short = tokenizer.decode(ids[0, :40])
+    scored = PerplexityScorer(PerplexityScorer.Params(model_path=str(tmp_path / "hf"))).process(pa.table({"id": ["a"], "text": [short]}))
+    with torch.no_grad():
+        tokens = torch.tensor([[tokenizer.eos_token_id, *tokenizer(short, add_special_tokens=False)["input_ids"]]])
+        nats = torch.nn.functional.cross_entropy(ours(tokens)[0, :-1], tokens[0, 1:], reduction="sum").item()
+    assert scored.kept["perplexity_bpb"][0].as_py() == pytest.approx(nats / math.log(2) / len(short.encode()), rel=1e-4)
+
     from safetensors.torch import load_file
 
     from training.export import export

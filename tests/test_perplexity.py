@@ -1,0 +1,132 @@
+"""The perplexity stage: bits per byte equal a direct computation with `transformers` (one document at a time, after
+the end-of-text token), long documents in windows that score every token once, CCNet's buckets and a threshold, and
+folders that are not a causal model with its tokenizer refused in one line at recipe load."""
+
+import math
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from curation.recipe import RecipeError, parse_recipe
+from filters.perplexity import PerplexityScorer
+
+WORDS = "the river runs past the old town where people sell bread and fish at the market every morning".split()
+
+
+def texts(count: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.choice([2, 6, 15, 30]))) + rng.choice([".", "!", " é"])
+            for _ in range(count)]  # fmt: skip
+
+
+def save_causal_model(folder: Path, seed: int = 0) -> Path:
+    """A tiny random Llama with a byte-level BPE whose end-of-text token is `train`'s, as `train export` writes."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(texts(200, seed=9), trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                                                    initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))  # fmt: skip
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True)  # fmt: skip
+    torch.manual_seed(seed)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    return save_causal_model(tmp_path_factory.mktemp("lm") / "model")
+
+
+def direct_bits_per_byte(folder: Path, text: str, window: int | None = None, stride: int | None = None) -> float:
+    """transformers' loss, document by document; with a window, windows of the full width ending every `stride`
+    tokens after the first, each scoring the tokens after the previous one's end (and the last ending at the end)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    lm = AutoModelForCausalLM.from_pretrained(folder).eval()
+    ids = torch.tensor([[tokenizer.eos_token_id, *tokenizer(text, add_special_tokens=False)["input_ids"]]])
+    length = ids.shape[1]
+    window, stride = window or length, stride or length
+    ends = [*range(window, length, stride), length] if window < length else [length]  # each window the full width
+    nats, previous_end = 0.0, 1  # the end-of-text token is context, never scored
+    with torch.inference_mode():
+        for end in ends:
+            chunk = ids[:, max(0, end - window) : end]
+            losses = torch.nn.functional.cross_entropy(lm(chunk).logits[0, :-1], chunk[0, 1:], reduction="none")
+            nats += float(losses[losses.shape[0] - (end - previous_end) :].sum())
+            previous_end = end
+    return nats / math.log(2) / len(text.encode("utf-8"))
+
+
+def table_of(documents: list[str]) -> pa.Table:
+    return pa.table({"id": [f"d{i}" for i in range(len(documents))], "text": documents})
+
+
+def test_bits_per_byte_equal_transformers_document_by_document(model):
+    documents = texts(30)
+    stage = PerplexityScorer(PerplexityScorer.Params(model_path=str(model), batch_tokens=200))
+    got = stage.process(table_of(documents)).kept["perplexity_bpb"].to_numpy()
+    expected = [direct_bits_per_byte(model, text, 64, 32) for text in documents]  # the model's positions, half as stride
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    assert 0 < got.min() and got.max() < 20
+
+
+def test_a_document_longer_than_the_window_is_scored_in_windows_each_token_once(model):
+    long = " ".join(texts(20, seed=3))
+    stage = PerplexityScorer(PerplexityScorer.Params(model_path=str(model), window=16, stride=5))
+    stage.ready()
+    ids = stage.tokenizer(long, add_special_tokens=False)["input_ids"]
+    pieces = stage.windows(ids)
+    assert len(ids) > 100 and sum(count for _, count in pieces) == len(ids) and all(len(w) <= 16 for w, _ in pieces)
+    got = stage.process(table_of([long, "the river."])).kept["perplexity_bpb"].to_numpy()
+    np.testing.assert_allclose(got, [direct_bits_per_byte(model, long, 16, 5), direct_bits_per_byte(model, "the river.")], rtol=1e-5)
+    whole = PerplexityScorer(PerplexityScorer.Params(model_path=str(model), window=1000)).process(table_of([long]))
+    assert whole.kept["perplexity_bpb"][0].as_py() == pytest.approx(direct_bits_per_byte(model, long, 64, 32), rel=1e-5)  # capped at its 64 positions
+
+
+def test_buckets_keep_and_threshold(model):
+    documents = texts(40, seed=5)
+    scores = PerplexityScorer(PerplexityScorer.Params(model_path=str(model))).process(table_of(documents)).kept
+    bpb = scores["perplexity_bpb"].to_numpy()
+    low, high = np.quantile(bpb, [0.3, 0.6]).tolist()
+    stage = PerplexityScorer(PerplexityScorer.Params(model_path=str(model), cutoffs=[low, high], keep=["head", "middle"]))
+    result = stage.process(table_of(documents))
+    buckets = ["head" if s < low else "middle" if s < high else "tail" for s in bpb]
+    assert result.kept["perplexity_bucket"].to_pylist() == [b for b in buckets if b != "tail"]
+    assert result.dropped == {"perplexity_tail": buckets.count("tail")}
+    assert result.stats["perplexity_buckets"] == {b: buckets.count(b) for b in ("head", "middle", "tail")}
+    capped = PerplexityScorer(PerplexityScorer.Params(model_path=str(model), threshold=float(np.median(bpb)))).process(table_of(documents))
+    assert capped.kept.num_rows == int((bpb <= np.median(bpb)).sum()) and set(capped.dropped) == {"perplexity_above_threshold"}
+
+
+def test_what_is_not_a_causal_model_with_its_tokenizer_is_one_line_at_recipe_load(model, tmp_path):
+    from transformers import BertConfig, BertForSequenceClassification
+
+    classifier = tmp_path / "classifier"
+    BertForSequenceClassification(BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                             intermediate_size=16)).save_pretrained(classifier)  # fmt: skip
+    (classifier / "tokenizer.json").write_text((model / "tokenizer.json").read_text())
+    (classifier / "tokenizer_config.json").write_text((model / "tokenizer_config.json").read_text())
+    cases = {
+        str(tmp_path / "nowhere"): re.escape(f"model folder not found: {tmp_path / 'nowhere'}"),
+        str(classifier): re.escape(f"{classifier} is a BertForSequenceClassification, not a causal language model"),
+    }
+    for path, message in cases.items():
+        with pytest.raises(RecipeError) as error:
+            parse_recipe({"name": "p", "stages": [{"stage": "perplexity", "params": {"model_path": path}}]}, "p.yaml")
+        assert len(str(error.value).splitlines()) == 1 and re.match(r"p\.yaml: invalid recipe: stages\[0\]\.params: " + message, str(error.value))
+    with pytest.raises(RecipeError, match="the head's bound comes first"):
+        parse_recipe({"name": "p", "stages": [{"stage": "perplexity", "params": {"model_path": str(model), "cutoffs": [3, 1]}}]}, "p.yaml")
