@@ -154,7 +154,25 @@ def _parser(more: dict | None = None) -> argparse.ArgumentParser:
     evaluate.add_argument("labelled", help="JSONL(.gz) or Parquet with a text field and a 0/1 label field")
     evaluate.add_argument("--threshold", type=float, default=0.5)
     evaluate.add_argument("--seed", type=int, default=0, help="of the bootstrap resamples")
-    for sub in (train, cv, evaluate):
+    head = quality_commands.add_parser(
+        "train-model", help="fit a regression or classification head on annotations over a frozen encoder, saved as a "
+        "Hugging Face classifier the model_score stage loads",
+        description="FineWeb-Edu's recipe: the encoder (a BERT-family folder, or a `train export`) stays as it is and "
+        "the head transformers puts on it is fitted to the labels (ridge regression, or softmax regression with "
+        "--task classes). Duplicate texts are counted once; --holdout of them is scored and printed beside a fastText "
+        "classifier trained on the same split to tell label >= --positive-from apart: Spearman correlation with the "
+        "label and AUC, with 95%% bootstrap intervals.",
+    )  # fmt: skip
+    head.add_argument("--labelled", nargs="+", required=True, metavar="FILE", help="JSONL(.gz) or Parquet: text and an integer label")
+    head.add_argument("--encoder", required=True, help="a model folder (save_pretrained's layout) with its tokenizer")
+    head.add_argument("--out", required=True, help="folder to write the classifier to")
+    head.add_argument("--task", choices=["regression", "classes"], default="regression")
+    head.add_argument("--max-tokens", type=positive_int, default=512, help="tokens of each document the encoder reads")
+    head.add_argument("--positive-from", type=int, default=3, help="the label from which a document counts as positive "
+                      "in the AUC and for fastText (FineWeb-Edu keeps score >= 3)")  # fmt: skip
+    head.add_argument("--holdout", type=float, default=0.2)
+    head.add_argument("--seed", type=int, default=0)
+    for sub in (train, cv, evaluate, head):
         sub.add_argument("--text-field", default="text")
         sub.add_argument("--label-field", default="label")
 
@@ -510,6 +528,8 @@ class PartProgress:
 
 
 def cmd_quality(args) -> int:
+    if args.quality_command == "train-model":
+        return _train_model(args)
     from curation import quality
     from filters.langid import load_fasttext
     from filters.quality import Combiner, combiner_beside, signals
@@ -570,6 +590,67 @@ def cmd_quality(args) -> int:
         if combiner:
             print(f"held-out, with signals: {quality.evaluate(combiner.scores(signals(texts, scores)), labels).line()}")
     return 0
+
+
+def _train_model(args) -> int:
+    """`curate quality train-model`: the head, then its held-out scores beside fastText's on the same split."""
+    import numpy as np
+    import pyarrow as pa
+    from scipy.stats import spearmanr
+
+    from curation import quality, quality_model
+    from filters.model_score import ModelScorer
+
+    try:
+        pairs = [pair for f in args.labelled for pair in quality.read_texts(f, args.text_field, args.label_field)]
+    except (ValueError, FileNotFoundError, KeyError) as error:
+        print(f"curate: {error}", file=sys.stderr)
+        return 2
+    unique = list(dict(pairs).items())  # a text annotated twice (FineWeb's pilot repeats rows) counts once
+    fit, held = quality.split(unique, args.holdout, args.seed)
+    if len({label for _, label in fit}) < 2 or not held:
+        print("curate: train-model needs two labels among the training documents and a held-out part (--holdout)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    print(f"{len(pairs)} labelled documents, {len(unique)} distinct: fitting on {len(fit)}, scoring {len(held)} held out")
+    try:
+        quality_model.train_head(args.encoder, [t for t, _ in fit], [label for _, label in fit], args.task,
+                                 args.max_tokens, args.out)  # fmt: skip
+    except ValueError as error:
+        print(f"curate: {error}", file=sys.stderr)
+        return 2
+    print(f"classifier -> {args.out} (model_score: model_path: {args.out})")
+    labels = np.array([label for _, label in held])
+    texts = [t for t, _ in held]
+    params = {"model_path": args.out, "max_tokens": args.max_tokens}
+    if args.task == "classes":
+        params["positive_class"] = str(max(label for _, label in fit))
+    head_scores = ModelScorer(ModelScorer.Params(**params)).process(
+        pa.table({"id": [str(i) for i in range(len(texts))], "text": texts})).kept["model_score"].to_numpy()  # fmt: skip
+    with tempfile.TemporaryDirectory() as folder:
+        binary = [(t, int(label >= args.positive_from)) for t, label in fit]
+        model, _ = quality.train_halving_lr_on_nan(binary, f"{folder}/fasttext.bin", lr=0.5, seed=args.seed)
+        fasttext_scores = np.array(quality.score(model, texts))
+    positive = (labels >= args.positive_from).astype(int)
+    print(f"held out ({len(held)} documents, {int(positive.sum())} with label >= {args.positive_from}):")
+    for name, scores in (("head on the encoder", head_scores), ("fastText, same split", fasttext_scores)):
+        rho = spearmanr(scores, labels).statistic
+        rho_low, rho_high = _bootstrap(lambda i: spearmanr(scores[i], labels[i]).statistic, len(labels), args.seed)
+        line = f"  {name:22s} Spearman {rho:.3f} ({rho_low:.3f}-{rho_high:.3f})"
+        if 0 < positive.sum() < len(positive):
+            low, high = quality.auc_interval(scores, positive, seed=args.seed)
+            line += f"   AUC of label >= {args.positive_from}: {quality.auc(scores, positive):.3f} ({low:.3f}-{high:.3f})"
+        print(line)
+    return 0
+
+
+def _bootstrap(statistic, count: int, seed: int, resamples: int = 1000) -> tuple[float, float]:
+    """A 95% percentile interval of statistic(indices) over resampled documents."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    values = [statistic(rng.integers(0, count, count)) for _ in range(resamples)]
+    return tuple(float(v) for v in np.nanpercentile(values, [2.5, 97.5]))
 
 
 def _nested_cv(quality, examples: list[tuple[str, int]], args) -> int:

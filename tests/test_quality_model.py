@@ -1,0 +1,82 @@
+"""`curate quality train-model`: a head fitted over a frozen encoder (a BERT-family one, and a decoder as `train export`
+writes) is saved as a transformers classifier that scores as it was fitted, through the model_score stage; the CLI
+prints held-out Spearman and AUC beside fastText's on the same split."""
+
+import json
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from curation import quality_model
+from curation.cli import main
+from filters.model_score import ModelScorer
+from tests.test_model_score import WORDS, save_model
+from tests.test_perplexity import save_causal_model
+
+GOOD, BAD = WORDS[:18], WORDS[18:]
+
+
+def labelled(count: int, seed: int = 0) -> list[tuple[str, int]]:
+    """Texts whose label (0-5) is how many of their words come from the first half of the vocabulary, in sixths."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(count):
+        share = rng.random()
+        words = [rng.choice(GOOD if rng.random() < share else BAD) for _ in range(rng.randint(8, 30))]
+        rows.append((" ".join(words), min(5, int(6 * sum(w in GOOD for w in words) / len(words)))))
+    return rows
+
+
+def scored(folder, texts: list[str], **params) -> np.ndarray:
+    stage = ModelScorer(ModelScorer.Params(model_path=str(folder), **params))
+    return stage.process(pa.table({"id": [str(i) for i in range(len(texts))], "text": texts})).kept["model_score"].to_numpy()
+
+
+def test_a_regression_head_on_a_bert_encoder_scores_as_ridge_fitted_it(tmp_path):
+    encoder = save_model(tmp_path / "encoder", 1, seed=3)
+    rows = labelled(150)
+    texts, labels = [t for t, _ in rows], np.array([label for _, label in rows], dtype=float)
+    quality_model.train_head(str(encoder), texts, labels.tolist(), "regression", 64, str(tmp_path / "head"))
+    model, tokenizer = quality_model.load_for_head(str(encoder), 1)
+    features = quality_model.head_features(model, tokenizer, texts, 64)
+    x = np.hstack([features, np.ones((len(features), 1))])
+    least_squares = x @ np.linalg.lstsq(x, labels, rcond=None)[0]  # ridge's tiny penalty aside, the same fit
+    got = scored(tmp_path / "head", texts, max_tokens=64)
+    assert np.corrcoef(got, least_squares)[0, 1] > 0.99
+    assert np.mean((got - labels) ** 2) < np.var(labels)  # it explains some of the labels it was fitted on
+
+
+def test_a_class_head_on_a_decoder_loads_in_model_score_with_its_classes(tmp_path):
+    decoder = save_causal_model(tmp_path / "decoder")
+    rows = labelled(120, seed=1)
+    texts, labels = [t for t, _ in rows], [int(label >= 3) for _, label in rows]
+    quality_model.train_head(str(decoder), texts, labels, "classes", 64, str(tmp_path / "head"))
+    config = json.loads((tmp_path / "head" / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForSequenceClassification"] and config["id2label"] == {"0": "0", "1": "1"}
+    model, tokenizer = quality_model.load_for_head(str(tmp_path / "head"), 2)
+    features = quality_model.head_features(model, tokenizer, texts, 64)
+    weights = model.score.weight.detach().numpy()
+    logits = features @ weights.T
+    expected = np.exp(logits[:, 1]) / np.exp(logits).sum(1)
+    np.testing.assert_allclose(scored(tmp_path / "head", texts, positive_class="1", max_tokens=64), expected, atol=1e-5)
+    accuracy = np.mean((expected >= 0.5) == np.array(labels, dtype=bool))
+    assert accuracy > max(np.mean(labels), 1 - np.mean(labels))  # better than the majority class on its training set
+
+
+def test_the_cli_prints_held_out_spearman_and_auc_beside_fasttext(tmp_path, capsys):
+    encoder = save_model(tmp_path / "encoder", 1, seed=4)
+    rows = labelled(200, seed=2)
+    data = tmp_path / "labelled.jsonl"
+    data.write_text("\n".join(json.dumps({"text": t, "score": s}) for t, s in rows + rows[:20]))
+    assert main(["quality", "train-model", "--labelled", str(data), "--label-field", "score", "--encoder", str(encoder),
+                 "--out", str(tmp_path / "edu"), "--max-tokens", "64"]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    distinct = len({t for t, _ in rows})
+    assert f"220 labelled documents, {distinct} distinct" in printed
+    assert "head on the encoder" in printed and "fastText, same split" in printed and "AUC of label >= 3" in printed
+    assert (tmp_path / "edu" / "config.json").exists() and (tmp_path / "edu" / "tokenizer.json").exists()
+    assert main(["quality", "train-model", "--labelled", str(data), "--label-field", "score", "--encoder",
+                 str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")]) == 2  # fmt: skip
+    assert capsys.readouterr().err.strip() == f"curate: encoder folder not found: {tmp_path / 'nowhere'}"
