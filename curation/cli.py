@@ -163,7 +163,8 @@ def _parser(more: dict | None = None) -> argparse.ArgumentParser:
         "classifier trained on the same split to tell label >= --positive-from apart: Spearman correlation with the "
         "label and AUC, with 95%% bootstrap intervals.",
     )  # fmt: skip
-    head.add_argument("--labelled", nargs="+", required=True, metavar="FILE", help="JSONL(.gz) or Parquet: text and an integer label")
+    head.add_argument("--labelled", nargs="+", required=True, metavar="FILE",
+                      help="JSONL(.gz) or Parquet files (or quoted globs): text and an integer label")  # fmt: skip
     head.add_argument("--encoder", required=True, help="a model folder (save_pretrained's layout) with its tokenizer")
     head.add_argument("--out", required=True, help="folder to write the classifier to")
     head.add_argument("--task", choices=["regression", "classes"], default="regression")
@@ -602,7 +603,8 @@ def _train_model(args) -> int:
     from filters.model_score import ModelScorer
 
     try:
-        pairs = [pair for f in args.labelled for pair in quality.read_texts(f, args.text_field, args.label_field)]
+        files = [path for pattern in args.labelled for path in sorted(glob.glob(pattern)) or [pattern]]
+        pairs = [pair for f in files for pair in quality.read_texts(f, args.text_field, args.label_field)]
     except (ValueError, FileNotFoundError, KeyError) as error:
         print(f"curate: {error}", file=sys.stderr)
         return 2

@@ -151,6 +151,51 @@ def quality_figure(run: str):
     return figure
 
 
+MODEL_STAGES = ("model_score", "perplexity", "score_ensemble")
+
+
+def _model_columns(run: str) -> list[tuple[str, dict]]:
+    """(score column, stage spec) of every model-based scorer of the run's recipe, in recipe order."""
+    fs, root = fsspec.core.url_to_fs(run)
+    stages = read_json(fs, f"{root.rstrip('/')}/manifest.json")["recipe"]["stages"]
+    return [(next(iter(_adds(spec))), spec) for spec in stages if spec["stage"] in MODEL_STAGES]
+
+
+def model_score_figure(run: str):
+    """One histogram per model score (a classifier's, bits per byte, an ensemble), over kept and removed documents."""
+    found = [(column, _kept_and_removed(run, column)) for column, _ in _model_columns(run)]
+    found = [(column, parts) for column, parts in found if parts is not None]
+    if not found:
+        return None
+    figure = Figure(figsize=(5 * len(found), 3.5))
+    for axis, (column, (stage, kept, removed)) in zip(figure.subplots(1, len(found), squeeze=False)[0], found):
+        axis.hist([kept.dropna(), removed.dropna()], bins=40, stacked=True, label=["kept", "removed"],
+                  color=["tab:green", "tab:red"])  # fmt: skip
+        axis.set_title(f"{column} ({stage})", fontsize=9)
+        axis.legend(fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def perplexity_buckets(run: str, per_bucket: int = 3, chars: int = 160, seed: int = 0) -> pd.DataFrame | None:
+    """Which pages each perplexity bucket holds: its documents, median bits per byte and a few of its pages (kept or,
+    with --keep-removed, removed)."""
+    rows = []
+    for column, spec in _model_columns(run):
+        bucket = spec.get("params", {}).get("bucket_column", "perplexity_bucket")
+        found = _stage_with(run, column) if spec["stage"] == "perplexity" and spec.get("params", {}).get("cutoffs") else None
+        if found is None:
+            continue
+        stage, written = found
+        wanted = ["url", "text", column, bucket]
+        pages = pd.concat([_parts(run, written, wanted), _parts(run, f"removed/{stage}", wanted)], ignore_index=True)
+        for name, group in pages.groupby(bucket):
+            for _, page in group.sample(min(per_bucket, len(group)), random_state=seed).iterrows():
+                rows.append({"bucket": name, "documents": len(group), f"median {column}": round(group[column].median(), 3),
+                             "page": page.url, "bits per byte": round(page[column], 3), "text": _snippet(page.text, chars)})  # fmt: skip
+    return pd.DataFrame(rows) if rows else None
+
+
 def _counters(run: str, prefix: str) -> pd.Series:
     totals = stats.funnel(stats.load(run))
     columns = [c for c in totals.columns if c.startswith(prefix)]
@@ -237,6 +282,7 @@ SECTIONS = [
     ("Removal reasons", removal_figure, removal_reasons),
     ("Languages", language_figure, None),
     ("Quality scores", quality_figure, None),
+    ("Model scores and perplexity buckets", model_score_figure, perplexity_buckets),
     ("PII entities", pii_figure, None),
     ("Duplicate clusters", duplicates_figure, None),
     ("Decontamination", decontamination_figure, None),

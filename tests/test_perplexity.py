@@ -130,3 +130,40 @@ def test_what_is_not_a_causal_model_with_its_tokenizer_is_one_line_at_recipe_loa
         assert len(str(error.value).splitlines()) == 1 and re.match(r"p\.yaml: invalid recipe: stages\[0\]\.params: " + message, str(error.value))
     with pytest.raises(RecipeError, match="the head's bound comes first"):
         parse_recipe({"name": "p", "stages": [{"stage": "perplexity", "params": {"model_path": str(model), "cutoffs": [3, 1]}}]}, "p.yaml")
+
+
+@pytest.mark.slow
+def test_a_run_with_perplexity_buckets_and_a_classifier_reports_which_pages_each_bucket_holds(model, tmp_path):
+    """`curate run` on Ray with a perplexity stage in buckets (head and middle kept) and a classifier after it, then
+    `curate report`: a histogram per score and, per bucket, its count, median and pages."""
+    import json
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    from curation.report import perplexity_buckets
+    from tests.test_model_score import save_model
+
+    classifier = save_model(tmp_path / "classifier", 1, seed=0)
+    documents = list(dict.fromkeys(texts(80, seed=6)))
+    pq.write_table(pa.table({"id": [f"d{i}" for i in range(len(documents))], "text": documents,
+                             "url": [f"https://example.org/{i}" for i in range(len(documents))]}), tmp_path / "docs.parquet")  # fmt: skip
+    recipe = {"name": "ppl", "source": {"kind": "parquet"}, "stages": [
+        {"stage": "perplexity", "params": {"model_path": str(model), "cutoffs": [3.0, 3.6], "keep": ["head", "middle"]}},
+        {"stage": "model_score", "params": {"model_path": str(classifier), "column": "edu", "max_tokens": 48}},
+    ]}  # fmt: skip
+    (tmp_path / "ppl.yaml").write_text(json.dumps(recipe))
+    out = tmp_path / "run"
+    for command in (["run", str(tmp_path / "ppl.yaml"), "--input", str(tmp_path / "docs.parquet"), "--output", str(out),
+                     "--num-cpus", "2", "--keep-removed"], ["report", str(out)]):  # fmt: skip
+        done = subprocess.run([sys.executable, "-m", "curation", *command], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+    kept = pq.read_table(out / "02_model_score").to_pandas()
+    assert set(kept.perplexity_bucket) <= {"head", "middle"} and kept.edu.notna().all()
+    table = perplexity_buckets(str(out))
+    counts = table.groupby("bucket").documents.first().to_dict()
+    removed = pq.read_table(out / "removed" / "01_perplexity").num_rows
+    assert counts.get("tail", 0) == removed and sum(counts.values()) == len(documents) and len(counts) >= 2
+    page = (out / "report.html").read_text()
+    assert "Model scores and perplexity buckets" in page and "https://example.org/" in page and "edu (01_perplexity" not in page
