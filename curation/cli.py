@@ -169,6 +169,9 @@ def _parser(more: dict | None = None) -> argparse.ArgumentParser:
     head.add_argument("--out", required=True, help="folder to write the classifier to")
     head.add_argument("--task", choices=["regression", "classes"], default="regression")
     head.add_argument("--max-tokens", type=positive_int, default=512, help="tokens of each document the encoder reads")
+    head.add_argument("--pooling", choices=["auto", "head", "mean"], default="auto",
+                      help="what the head reads: transformers' own input (head: BERT's pooled first token, a decoder's "
+                      "last token) or the mean of the last hidden states (mean); auto: mean for a decoder")  # fmt: skip
     head.add_argument("--positive-from", type=int, default=3, help="the label from which a document counts as positive "
                       "in the AUC and for fastText (FineWeb-Edu keeps score >= 3)")  # fmt: skip
     head.add_argument("--holdout", type=float, default=0.2)
@@ -617,7 +620,7 @@ def _train_model(args) -> int:
     print(f"{len(pairs)} labelled documents, {len(unique)} distinct: fitting on {len(fit)}, scoring {len(held)} held out")
     try:
         quality_model.train_head(args.encoder, [t for t, _ in fit], [label for _, label in fit], args.task,
-                                 args.max_tokens, args.out)  # fmt: skip
+                                 args.max_tokens, args.out, args.pooling)  # fmt: skip
     except ValueError as error:
         print(f"curate: {error}", file=sys.stderr)
         return 2

@@ -2,7 +2,9 @@
 a quality or toxicity classifier), kept as a column and, where asked, kept by threshold or top fraction.
 
 The model and its tokenizer come from one folder (`save_pretrained`'s layout) or, where there is a network, a hub id.
-A regression head (one output) gives its value; a classifier gives the softmax probability of `positive_class`.
+A regression head (one output) gives its value; a classifier gives the softmax probability of `positive_class`. A
+classifier `curate quality train-model` fitted on mean-pooled states says so in its config (`score_pooling: mean`) and
+is scored that way.
 A document longer than `max_tokens` (or than the model's positions) is scored on its first tokens, as FineWeb-Edu
 scores its first 512: truncated, never an error. Inside each table the stage gets (a batch of a shard), documents are
 sorted by length and cut into batches of at most `batch_tokens` padded tokens, each padded to its own longest (NeMo
@@ -145,7 +147,11 @@ class ModelScorer(Stage):
         with torch.inference_mode():
             for batch in length_sorted_batches([len(ids) for ids in encoded], self.params.batch_tokens):
                 padded = self.tokenizer.pad({"input_ids": [encoded[i] for i in batch]}, return_tensors="pt")
-                logits = self.model(**{k: v.to(self.device) for k, v in padded.items()}).logits.float()
+                inputs = {k: v.to(self.device) for k, v in padded.items()}
+                if getattr(self.model.config, "score_pooling", None) == "mean":
+                    logits = mean_pooled_logits(self.model, inputs)
+                else:
+                    logits = self.model(**inputs).logits.float()
                 values = logits[:, 0] if self.positive is None else logits.softmax(-1)[:, self.positive]
                 result[batch] = values.cpu().numpy()
         return result
@@ -164,6 +170,36 @@ class ModelScorer(Stage):
         reason = f"{column}_below_threshold" if self.params.threshold is not None else f"{column}_not_top_fraction"
         reasons = [None if cut is None or s >= cut else reason for s in scores.tolist()]
         return Annotation(reasons, columns, {} if cut is None else {f"{column}_cut": float(cut)})
+
+
+def classifier_head(model):
+    """The linear layer that makes a sequence classifier's logits: `classifier` (BERT and kin) or `score` (decoders)."""
+    import torch
+
+    for name in ("classifier", "score"):
+        layer = getattr(model, name, None)
+        if isinstance(layer, torch.nn.Linear):
+            return layer
+    raise ValueError(f"{type(model).__name__}: its head is not one linear layer (`classifier` or `score`)")
+
+
+def mean_pooled_hidden(model, inputs: dict):
+    """The base model's last hidden states averaged over each document's real tokens."""
+    hidden = model.base_model(**inputs).last_hidden_state.float()
+    mask = inputs["attention_mask"][..., None].to(hidden.dtype)
+    return (hidden * mask).sum(1) / mask.sum(1)
+
+
+def mean_pooled_logits(model, inputs: dict):
+    """The logits of a classifier `curate quality train-model` fitted on mean-pooled states (`score_pooling: mean` in
+    its config, with `score_bias` where its head has none): transformers alone would read the last token instead."""
+    import torch
+
+    head = classifier_head(model)
+    logits = torch.nn.functional.linear(mean_pooled_hidden(model, inputs), head.weight.float(),
+                                        None if head.bias is None else head.bias.float())  # fmt: skip
+    bias = getattr(model.config, "score_bias", None)
+    return logits if bias is None else logits + torch.tensor(bias, dtype=logits.dtype, device=logits.device)
 
 
 def length_sorted_batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:

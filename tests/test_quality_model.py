@@ -48,21 +48,34 @@ def test_a_regression_head_on_a_bert_encoder_scores_as_ridge_fitted_it(tmp_path)
     assert np.mean((got - labels) ** 2) < np.var(labels)  # it explains some of the labels it was fitted on
 
 
-def test_a_class_head_on_a_decoder_loads_in_model_score_with_its_classes(tmp_path):
+def test_a_class_head_on_a_decoder_over_mean_pooled_states_or_its_last_token(tmp_path):
+    """A decoder (as `train export` writes) is fitted on mean-pooled states by default, its intercept in the config,
+    which model_score follows; fitted on its last token it scores in plain transformers as in model_score."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
     decoder = save_causal_model(tmp_path / "decoder")
     rows = labelled(120, seed=1)
     texts, labels = [t for t, _ in rows], [int(label >= 3) for _, label in rows]
-    quality_model.train_head(str(decoder), texts, labels, "classes", 64, str(tmp_path / "head"))
-    config = json.loads((tmp_path / "head" / "config.json").read_text())
+    quality_model.train_head(str(decoder), texts, labels, "classes", 64, str(tmp_path / "mean"))
+    config = json.loads((tmp_path / "mean" / "config.json").read_text())
     assert config["architectures"] == ["LlamaForSequenceClassification"] and config["id2label"] == {"0": "0", "1": "1"}
-    model, tokenizer = quality_model.load_for_head(str(tmp_path / "head"), 2)
-    features = quality_model.head_features(model, tokenizer, texts, 64)
-    weights = model.score.weight.detach().numpy()
-    logits = features @ weights.T
+    assert config["score_pooling"] == "mean" and len(config["score_bias"]) == 2
+    model, tokenizer = quality_model.load_for_head(str(tmp_path / "mean"), 2)
+    logits = quality_model.head_features(model, tokenizer, texts, 64, "mean") @ model.score.weight.detach().numpy().T
+    logits += np.array(config["score_bias"])
     expected = np.exp(logits[:, 1]) / np.exp(logits).sum(1)
-    np.testing.assert_allclose(scored(tmp_path / "head", texts, positive_class="1", max_tokens=64), expected, atol=1e-5)
-    accuracy = np.mean((expected >= 0.5) == np.array(labels, dtype=bool))
-    assert accuracy > max(np.mean(labels), 1 - np.mean(labels))  # better than the majority class on its training set
+    np.testing.assert_allclose(scored(tmp_path / "mean", texts, positive_class="1", max_tokens=64), expected, atol=1e-5)
+    assert np.mean((expected >= 0.5) == np.array(labels, dtype=bool)) > max(np.mean(labels), 1 - np.mean(labels))
+
+    quality_model.train_head(str(decoder), texts, labels, "classes", 64, str(tmp_path / "last"), pooling="head")
+    assert "score_pooling" not in json.loads((tmp_path / "last" / "config.json").read_text())
+    plain = AutoModelForSequenceClassification.from_pretrained(tmp_path / "last").eval()
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "last")
+    with torch.inference_mode():
+        theirs = [plain(**tokenizer(t, truncation=True, max_length=64, return_tensors="pt")).logits.softmax(-1)[0, 1].item()
+                  for t in texts[:20]]
+    np.testing.assert_allclose(scored(tmp_path / "last", texts[:20], positive_class="1", max_tokens=64), theirs, atol=1e-5)
 
 
 def test_the_cli_prints_held_out_spearman_and_auc_beside_fasttext(tmp_path, capsys):
