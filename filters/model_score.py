@@ -142,6 +142,8 @@ class ModelScorer(Stage):
         """One score per text, in the order given."""
         import torch
 
+        if not texts:  # a tokenizer given no text fails
+            return np.zeros(0, dtype=np.float32)
         encoded = self.tokenizer(texts, truncation=True, max_length=self.max_tokens)["input_ids"]
         result = np.zeros(len(texts), dtype=np.float32)
         with torch.inference_mode():

@@ -111,6 +111,8 @@ class PerplexityScorer(Stage):
 
     def bits_per_byte(self, texts: list[str]) -> np.ndarray:
         torch = self.torch
+        if not texts:  # a tokenizer given no text fails
+            return np.zeros(0)
         encoded = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
         if self.params.max_tokens is not None:
             encoded = [ids[: self.params.max_tokens] for ids in encoded]

@@ -83,6 +83,7 @@ def test_scores_equal_transformers_per_document_in_any_order(models, kind, posit
     shuffled = stage.process(table_of([texts[i] for i in order])).kept["model_score"].to_numpy()
     np.testing.assert_allclose(shuffled, expected[order], atol=1e-5, rtol=0)
     assert max(len(t.split()) for t in texts) > 48  # the longest were truncated, not refused
+    assert stage.process(table_of([])).kept.column_names == ["id", "text", "model_score"]  # a batch emptied before it
 
 
 def test_batches_are_length_sorted_and_hold_at_most_batch_tokens_once_padded():

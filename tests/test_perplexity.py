@@ -82,6 +82,8 @@ def test_bits_per_byte_equal_transformers_document_by_document(model):
     expected = [direct_bits_per_byte(model, text, 64, 32) for text in documents]  # the model's positions, half as stride
     np.testing.assert_allclose(got, expected, rtol=1e-5)
     assert 0 < got.min() and got.max() < 20
+    empty = stage.process(table_of([]))  # a batch its earlier stages emptied
+    assert empty.kept.num_rows == 0 and "perplexity_bpb" in empty.kept.column_names
 
 
 def test_a_document_longer_than_the_window_is_scored_in_windows_each_token_once(model):
