@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One prepared check of the trainer's GPU path for a lent H200 (no package index there; under 10 minutes):
 #   bash benchmarks/gpu_check.sh [--dry-run]
+#   bash benchmarks/gpu_check.sh --model-score   # the model_score stage on a BERT-base classifier, docs/s and GPU use
 #   bash benchmarks/gpu_check.sh --trainer   # `train` itself on the curated shards in runs/ (the README's first
 #                                            # command, run here first; carry runs/ and pydantic's wheels in .wheels/)
 # From the repository root. Wheels carried in .wheels/ (an ignored folder) are installed with --no-index into
@@ -15,6 +16,16 @@ if compgen -G ".wheels/*.whl" > /dev/null; then
 fi
 if [[ "${1:-}" == "--dry-run" ]]; then
   exec python3 benchmarks/gpu_check.py --dry-run
+fi
+if [[ "${1:-}" == "--model-score" ]]; then
+  # The model_score stage on a BERT-base-size classifier against transformers' pipeline (carry the wheels of
+  # transformers, huggingface-hub, safetensors and tokenizers in .wheels/), GPU utilisation sampled beside it.
+  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 200 > /tmp/gpu-utilisation.txt &
+  sampler=$!
+  timeout --foreground 400 python3 benchmarks/model_score_throughput.py --size base --device cuda --docs 4000 --documents sample --repeat 1
+  kill "$sampler"
+  echo "GPU utilisation while it ran: mean $(awk '{s+=$1; n++} END {printf "%.0f", s/n}' /tmp/gpu-utilisation.txt)% over $(wc -l < /tmp/gpu-utilisation.txt) samples"
+  exit 0
 fi
 if [[ "${1:-}" == "--trainer" ]]; then
   # The small model on the README's mixture, compiled: 40 steps with checkpoints at 20 and 40; the same run resumed

@@ -1,10 +1,11 @@
 """Model scoring throughput on the CPU: the `model_score` stage vs `transformers`' pipeline("text-classification").
 
     python benchmarks/model_score_throughput.py [--documents fineweb|sample] [--docs 400] [--threads 2] [--repeat 2]
+    python benchmarks/model_score_throughput.py --size base --device cuda --docs 4000   # a GPU: BERT-base, bf16
 
 Documents: FineWeb's (../shared/corpus/fineweb, most longer than 512 tokens) or the sample snapshot's pages (lengths
 from a few words to thousands: where sorting by length pays); FineWeb falls back to the sample when absent. Model:
-a BERT of 4 layers x 256 (random weights; a regression head as FineWeb-Edu's) with a WordPiece tokenizer trained on
+a BERT of 4 layers x 256, or BERT-base's 12 x 768 with --size base (random weights; a regression head as FineWeb-Edu's) with a WordPiece tokenizer trained on
 the documents, saved with save_pretrained; both sides truncate to 512 tokens and use the same torch threads. Baselines:
 the pipeline one document at a time (its default) and in batches of 16. Ratio = stage docs/s / baseline docs/s
 (goal >= 1.5). The scores of both sides are compared too.
@@ -35,7 +36,10 @@ def documents(kind: str, count: int, folder: str) -> tuple[list[str], str]:
     return truth["body"].to_pylist()[:count], "sample snapshot pages"
 
 
-def save_model(folder: Path, texts: list[str]) -> None:
+SIZES = {"small": (4, 256), "base": (12, 768)}
+
+
+def save_model(folder: Path, texts: list[str], size: str) -> None:
     import torch
     from tokenizers import BertWordPieceTokenizer
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
@@ -45,8 +49,9 @@ def save_model(folder: Path, texts: list[str]) -> None:
     wordpiece.train_from_iterator(texts, vocab_size=8000)
     wordpiece.save_model(str(folder))
     tokenizer = BertTokenizerFast.from_pretrained(folder, model_max_length=512)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                        intermediate_size=1024, max_position_embeddings=512, num_labels=1)  # fmt: skip
+    layers, width = SIZES[size]
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=width, num_hidden_layers=layers, num_attention_heads=width // 64,
+                        intermediate_size=4 * width, max_position_embeddings=512, num_labels=1)  # fmt: skip
     torch.manual_seed(0)
     BertForSequenceClassification(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -58,6 +63,8 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=400)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--size", choices=list(SIZES), default="small")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda: the stage in bfloat16, the pipeline in its own dtype")
     args = parser.parse_args()
     import torch
     from transformers import pipeline
@@ -68,10 +75,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         texts, origin = documents(args.documents, args.docs, folder)
         model_folder = Path(folder) / "model"
-        save_model(model_folder, texts)
+        save_model(model_folder, texts, args.size)
         table = pa.table({"id": [str(i) for i in range(len(texts))], "text": texts})
-        stage = ModelScorer(ModelScorer.Params(model_path=str(model_folder), max_tokens=512))
-        classify = pipeline("text-classification", model=str(model_folder), device="cpu", function_to_apply="none")
+        stage = ModelScorer(ModelScorer.Params(model_path=str(model_folder), max_tokens=512, device=args.device))
+        classify = pipeline("text-classification", model=str(model_folder), device=args.device, function_to_apply="none")
         runs = {
             "pipeline, one document at a time (baseline)": lambda: classify(texts, truncation=True, max_length=512),
             "pipeline, batch_size 16 (baseline)": lambda: classify(texts, truncation=True, max_length=512, batch_size=16),
@@ -87,7 +94,7 @@ def main() -> None:
             timings[name] = best
     tokens = sum(min(512, len(ids)) for ids in stage.tokenizer(texts)["input_ids"])
     print(f"{len(texts)} documents from {origin} ({tokens / len(texts):.0f} tokens each after truncation to 512); "
-          f"BERT 4x256; {args.threads} torch threads; best of {args.repeat}")  # fmt: skip
+          f"BERT {'x'.join(map(str, SIZES[args.size]))} on {args.device}; {args.threads} torch threads; best of {args.repeat}")  # fmt: skip
     ours = timings["model_score stage"]
     for name, seconds in timings.items():
         print(f"  {name:45s} {len(texts) / seconds:8.1f} docs/s   stage ratio {seconds / ours:5.2f}x")
