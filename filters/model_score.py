@@ -52,6 +52,11 @@ def load_config_and_tokenizer(model_path: str):
     return config, tokenizer
 
 
+def default_batch_tokens(device) -> int:
+    """Padded tokens per forward pass where the recipe gives none: smaller batches stay in the CPU's caches."""
+    return 16384 if device.type == "cuda" else 4096
+
+
 def model_device_and_dtype(device: str, dtype: str):
     """A stage's torch device and dtype: `auto` is a visible GPU in bfloat16, else the CPU in float32."""
     import torch
@@ -74,7 +79,8 @@ class ModelScoreParams(StageParams):
                                              "(a label of the model's id2label, or its index); none for a regression "
                                              "head (one output)")  # fmt: skip
     max_tokens: int = Field(512, ge=1, description="tokens scored per document (its first ones); at most the model's positions")
-    batch_tokens: int = Field(16384, ge=1, description="padded tokens per forward pass")
+    batch_tokens: int | None = Field(None, ge=1, description="padded tokens per forward pass; default 4,096 on the CPU "
+                                     "(larger batches ran slower there: 45 docs/s at 16,384), 16,384 on a GPU")  # fmt: skip
     threshold: float | None = Field(None, description="keep documents scoring at least this")
     keep_top_fraction: float | None = Field(None, gt=0, le=1, description="keep this best-scoring fraction of each shard")
     int_score: bool = Field(False, description="also write COLUMN_int: the score rounded and clipped to 0-5, as FineWeb-Edu's int_score")
@@ -131,6 +137,7 @@ class ModelScorer(Stage):
         config, self.tokenizer = load_config_and_tokenizer(self.params.model_path)
         self.positive = self.params.positive_index(config)
         self.device, dtype = model_device_and_dtype(self.params.device, self.params.dtype)
+        self.batch_tokens = self.params.batch_tokens or default_batch_tokens(self.device)
         self.model = AutoModelForSequenceClassification.from_pretrained(self.params.model_path).to(self.device, dtype).eval()
         if self.tokenizer.pad_token is None:  # a decoder's classifier reads its last token that is not padding
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -147,7 +154,7 @@ class ModelScorer(Stage):
         encoded = self.tokenizer(texts, truncation=True, max_length=self.max_tokens)["input_ids"]
         result = np.zeros(len(texts), dtype=np.float32)
         with torch.inference_mode():
-            for batch in length_sorted_batches([len(ids) for ids in encoded], self.params.batch_tokens):
+            for batch in length_sorted_batches([len(ids) for ids in encoded], self.batch_tokens):
                 padded = self.tokenizer.pad({"input_ids": [encoded[i] for i in batch]}, return_tensors="pt")
                 inputs = {k: v.to(self.device) for k, v in padded.items()}
                 if getattr(self.model.config, "score_pooling", None) == "mean":
