@@ -1,10 +1,11 @@
 """Model scoring throughput on the CPU: the `model_score` stage vs `transformers`' pipeline("text-classification").
 
-    python benchmarks/model_score_throughput.py [--documents fineweb|sample] [--docs 400] [--threads 2] [--repeat 2]
+    python benchmarks/model_score_throughput.py [--documents fineweb|wiki|sample] [--docs 400] [--threads 2] [--repeat 2]
     python benchmarks/model_score_throughput.py --size base --device cuda --docs 4000   # a GPU: BERT-base, bf16
 
-Documents: FineWeb's (../shared/corpus/fineweb, most longer than 512 tokens) or the sample snapshot's pages (lengths
-from a few words to thousands: where sorting by length pays); FineWeb falls back to the sample when absent. Model:
+Documents: FineWeb's (../shared/corpus/fineweb, most longer than 512 tokens), Wikipedia articles (../shared/corpus/wiki,
+WikiExtractor's files: stubs to long articles) or the sample snapshot's pages (a few words to thousands); the shared
+corpus's sets fall back to the sample when absent. Model:
 a BERT of 4 layers x 256, or BERT-base's 12 x 768 with --size base (random weights; a regression head as FineWeb-Edu's) with a WordPiece tokenizer trained on
 the documents, saved with save_pretrained; both sides truncate to 512 tokens and use the same torch threads. Baselines:
 the pipeline one document at a time (its default) and in batches of 16. Ratio = stage docs/s / baseline docs/s
@@ -22,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 FINEWEB = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "fineweb"
+WIKI = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "wiki"
 
 
 def documents(kind: str, count: int, folder: str) -> tuple[list[str], str]:
@@ -29,6 +31,13 @@ def documents(kind: str, count: int, folder: str) -> tuple[list[str], str]:
     if kind == "fineweb" and files:
         texts = list(dict.fromkeys(t for f in files for t in pq.read_table(f, columns=["text"])["text"].to_pylist()))
         return texts[:count], "FineWeb (shared corpus)"
+    wiki = sorted(glob.glob(f"{WIKI}/*/text/*/wiki_*"))
+    if kind == "wiki" and wiki:
+        articles = []
+        for path in wiki:
+            articles += [body.split("\n", 2)[-1].strip() for body in Path(path).read_text().split("</doc>") if "<doc" in body]
+            if len(articles) >= count:
+                return articles[:count], "Wikipedia (shared corpus)"
     from curation.sources import sample
 
     sample.generate(folder, pages=count, files=1, seed=2)
@@ -59,7 +68,7 @@ def save_model(folder: Path, texts: list[str], size: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--documents", choices=["fineweb", "sample"], default="fineweb")
+    parser.add_argument("--documents", choices=["fineweb", "wiki", "sample"], default="fineweb")
     parser.add_argument("--docs", type=int, default=400)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=2)
