@@ -26,13 +26,17 @@ from filters.base import Annotation, Stage, StageParams
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
+def check_model_folder(model_path: str) -> None:
+    """A path that is neither a folder here nor shaped as a hub id (`org/name`) is a missing folder."""
+    if not Path(model_path).exists() and (model_path.startswith((".", "/", "~")) or model_path.count("/") != 1):
+        raise ValueError(f"model folder not found: {model_path}")
+
+
 def load_config_and_tokenizer(model_path: str):
     """The model's config and its tokenizer, or a ValueError naming the folder and what is wrong with it."""
     from transformers import AutoConfig, AutoTokenizer
 
-    where = Path(model_path)
-    if not where.exists() and (model_path.startswith((".", "/", "~")) or model_path.count("/") != 1):
-        raise ValueError(f"model folder not found: {model_path}")
+    check_model_folder(model_path)
     try:
         config = AutoConfig.from_pretrained(model_path)
     except (OSError, ValueError) as error:

@@ -16,17 +16,14 @@ import pyarrow as pa
 from pydantic import Field, model_validator
 
 from filters.base import Annotation, Stage, StageParams
-from filters.model_score import DTYPES, default_batch_tokens, length_sorted_batches, model_device_and_dtype
+from filters.model_score import DTYPES, check_model_folder, default_batch_tokens, length_sorted_batches, model_device_and_dtype
 
 
 def load_causal_config_and_tokenizer(model_path: str):
     """The model's config and tokenizer, or a ValueError naming the folder and what is wrong with it."""
-    from pathlib import Path
-
     from transformers import AutoConfig, AutoTokenizer
 
-    if not Path(model_path).exists() and (model_path.startswith((".", "/", "~")) or model_path.count("/") != 1):
-        raise ValueError(f"model folder not found: {model_path}")
+    check_model_folder(model_path)
     try:
         config = AutoConfig.from_pretrained(model_path)
         tokenizer = AutoTokenizer.from_pretrained(model_path)
