@@ -22,7 +22,7 @@ if [[ "${1:-}" == "--model-score" ]]; then
   # transformers, huggingface-hub, safetensors and tokenizers in .wheels/), GPU utilisation sampled beside it.
   nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 200 > /tmp/gpu-utilisation.txt &
   sampler=$!
-  timeout --foreground 400 python3 benchmarks/model_score_throughput.py --size base --device cuda --docs 4000 --documents sample --repeat 1
+  timeout --foreground 400 python3 benchmarks/model_score_throughput.py --size base --device cuda --dtype bfloat16 --docs 4000 --documents sample --repeat 1
   kill "$sampler"
   echo "GPU utilisation while it ran: mean $(awk '{s+=$1; n++} END {printf "%.0f", s/n}' /tmp/gpu-utilisation.txt)% over $(wc -l < /tmp/gpu-utilisation.txt) samples"
   exit 0

@@ -1,15 +1,16 @@
 """Model scoring throughput on the CPU: the `model_score` stage vs `transformers`' pipeline("text-classification").
 
-    python benchmarks/model_score_throughput.py [--documents fineweb|wiki|sample] [--docs 400] [--threads 2] [--repeat 2]
-    python benchmarks/model_score_throughput.py --size base --device cuda --docs 4000   # a GPU: BERT-base, bf16
+    python benchmarks/model_score_throughput.py [--documents fineweb|wiki|sample] [--docs 400] [--threads 2] [--repeat 3]
+    python benchmarks/model_score_throughput.py --dtype bfloat16   # both sides in bfloat16 (a CPU with AMX, or a GPU)
+    python benchmarks/model_score_throughput.py --size base --device cuda --dtype bfloat16 --docs 4000   # a GPU: BERT-base
 
 Documents: FineWeb's (../shared/corpus/fineweb, most longer than 512 tokens), Wikipedia articles (../shared/corpus/wiki,
 WikiExtractor's files: stubs to long articles) or the sample snapshot's pages (a few words to thousands); the shared
 corpus's sets fall back to the sample when absent. Model:
 a BERT of 4 layers x 256, or BERT-base's 12 x 768 with --size base (random weights; a regression head as FineWeb-Edu's) with a WordPiece tokenizer trained on
 the documents, saved with save_pretrained; both sides truncate to 512 tokens and use the same torch threads. Baselines:
-the pipeline one document at a time (its default) and in batches of 16. Ratio = stage docs/s / baseline docs/s
-(goal >= 1.5). The scores of both sides are compared too.
+the pipeline one document at a time (its default) and in batches of 16, in the same dtype as the stage. Ratio = stage docs/s / baseline docs/s
+(goal >= 1.5); rows take turns, best of --repeat. The scores of both sides are compared too.
 """
 
 import argparse
@@ -71,9 +72,10 @@ def main() -> None:
     parser.add_argument("--documents", choices=["fineweb", "wiki", "sample"], default="fineweb")
     parser.add_argument("--docs", type=int, default=400)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--size", choices=list(SIZES), default="small")
-    parser.add_argument("--device", default="cpu", help="cpu, or cuda: the stage in bfloat16, the pipeline in its own dtype")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="the model's dtype, both sides")
     args = parser.parse_args()
     import torch
     from transformers import pipeline
@@ -86,24 +88,25 @@ def main() -> None:
         model_folder = Path(folder) / "model"
         save_model(model_folder, texts, args.size)
         table = pa.table({"id": [str(i) for i in range(len(texts))], "text": texts})
-        stage = ModelScorer(ModelScorer.Params(model_path=str(model_folder), max_tokens=512, device=args.device))
-        classify = pipeline("text-classification", model=str(model_folder), device=args.device, function_to_apply="none")
+        stage = ModelScorer(ModelScorer.Params(model_path=str(model_folder), max_tokens=512, device=args.device,
+                                               dtype=args.dtype))  # fmt: skip
+        stage.ready()  # loading the model is not scoring
+        classify = pipeline("text-classification", model=str(model_folder), device=args.device, dtype=getattr(torch, args.dtype),
+                            function_to_apply="none")  # fmt: skip
         runs = {
             "pipeline, one document at a time (baseline)": lambda: classify(texts, truncation=True, max_length=512),
             "pipeline, batch_size 16 (baseline)": lambda: classify(texts, truncation=True, max_length=512, batch_size=16),
             "model_score stage": lambda: stage.process(table),
         }
-        timings, outputs = {}, {}
-        for name, run in runs.items():
-            best = float("inf")
-            for _ in range(args.repeat):
+        timings, outputs = dict.fromkeys(runs, float("inf")), {}
+        for _ in range(args.repeat):  # rows take turns, so a slow spell of a shared machine is not one row's
+            for name, run in runs.items():
                 started = time.perf_counter()
                 outputs[name] = run()
-                best = min(best, time.perf_counter() - started)
-            timings[name] = best
+                timings[name] = min(timings[name], time.perf_counter() - started)
     tokens = sum(min(512, len(ids)) for ids in stage.tokenizer(texts)["input_ids"])
     print(f"{len(texts)} documents from {origin} ({tokens / len(texts):.0f} tokens each after truncation to 512); "
-          f"BERT {'x'.join(map(str, SIZES[args.size]))} on {args.device}; {args.threads} torch threads; best of {args.repeat}")  # fmt: skip
+          f"BERT {'x'.join(map(str, SIZES[args.size]))} on {args.device} in {args.dtype}; {args.threads} torch threads; best of {args.repeat}")  # fmt: skip
     ours = timings["model_score stage"]
     for name, seconds in timings.items():
         print(f"  {name:45s} {len(texts) / seconds:8.1f} docs/s   stage ratio {seconds / ours:5.2f}x")
@@ -111,7 +114,6 @@ def main() -> None:
     for name in list(runs)[:2]:
         reference = np.array([row["score"] for row in outputs[name]])
         print(f"  largest |stage - {name.split(' (')[0]}| score: {np.abs(scored - reference).max():.2e}")
-
 
 if __name__ == "__main__":
     main()
