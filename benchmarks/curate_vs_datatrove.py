@@ -9,7 +9,8 @@ Baseline: datatrove 0.10 running FineWeb's recipe (../shared/bench/datatrove_fin
 LanguageFilter -> Gopher repetition/quality -> C4 -> FineWeb quality -> MinHash signatures/buckets/cluster/filter),
 under the anchor venv (datatrove pins another trafilatura).
 Ours: `curate run` with fineweb-snapshot's stages that FineWeb has (url_filter, extract, langid, heuristics,
-dedup_exact, minhash; MinHash unverified, as FineWeb; no model-based quality), once with trafilatura and once with `backend: resiliparse`.
+dedup_exact, minhash; MinHash unverified, as FineWeb; no model-based quality), once per extract backend of
+--backends (default: trafilatura, resiliparse and resiliparse_blocks).
 Every command runs alone, as a subprocess, Ray start and stop included. Printed per run: wall; the floor (the
 seconds of every stage summed over its tasks, dedup passes included, divided by the workers: what the run would take
 with no start-up, no idle worker and nothing between tasks) and wall/floor; input pages/s; peak RSS summed over the
@@ -250,6 +251,8 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--workers", default="1,2", help="comma-separated worker counts, each run on both sides")
     parser.add_argument("--scaling", default="", help="comma-separated page counts for our resiliparse run alone")
+    parser.add_argument("--backends", default="trafilatura,resiliparse,resiliparse_blocks",
+                        help="comma-separated extract backends, one run of ours each")  # fmt: skip
     parser.add_argument("--anchor-python", default=str(ROOT / ".venv-anchor" / "bin" / "python"),
                         help="a Python with datatrove[io,processing]==0.10.1 (pip install it in a venv of its own)")  # fmt: skip
     parser.add_argument("--json", default=None, help="write every figure here too")
@@ -261,7 +264,7 @@ def main() -> None:
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="curate-vs-datatrove-"))
     work.mkdir(parents=True, exist_ok=True)
-    recipes = {backend: write_recipe(work / f"fineweb-{backend}.yaml", backend) for backend in ("trafilatura", "resiliparse")}
+    recipes = {backend: write_recipe(work / f"fineweb-{backend}.yaml", backend) for backend in args.backends.split(",")}
     pattern = make_input(work / f"in-{args.pages}", args.pages, args.files, args.anchor_python)
     rows, counts = [], [int(count) for count in args.workers.split(",")]
     print(f"{args.pages:,} pages in {args.files} WARC files, {counts} workers; work folder {work}", flush=True)
@@ -275,7 +278,7 @@ def main() -> None:
     for pages in [int(p) for p in args.scaling.split(",") if p]:
         files = max(counts[-1], pages // PAGES_PER_FILE)
         scaled = make_input(work / f"in-{pages}", pages, files, args.anchor_python)
-        row = run_ours(scaled, recipes["resiliparse"], work / f"scale-{pages}", counts[-1])
+        row = run_ours(scaled, write_recipe(work / "fineweb-resiliparse.yaml", "resiliparse"), work / f"scale-{pages}", counts[-1])
         rows.append({"run": f"curate run, resiliparse, {files} files", **row})
         print(f"  {rows[-1]['run']}: {row['pages']} pages, {row['wall_s']} s", flush=True)
     print_table(rows)

@@ -2,7 +2,7 @@
 timed over `--repeat` passes), so the figures are what one core does in a long run. docs/scaling.md turns them into
 cores x hours for a whole Common Crawl snapshot.
 
-    python benchmarks/per_core_rates.py [WARC ...] [--backend resiliparse|trafilatura] [--repeat 3] [--json out.json]
+    python benchmarks/per_core_rates.py [WARC ...] [--backend resiliparse|trafilatura|resiliparse_blocks] [--repeat 3] [--json out.json]
 
 Default input: the real Common Crawl and wget WARC slices in ../shared/data/warc/. Per stage it prints documents in,
 megabytes in (compressed input for read, HTML for url_filter and extract, text after), seconds per pass, documents
@@ -42,7 +42,7 @@ def megabytes(table) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("inputs", nargs="*", help="WARC files (default: ../shared/data/warc/*.warc.gz)")
-    parser.add_argument("--backend", default="resiliparse", choices=["resiliparse", "trafilatura"])
+    parser.add_argument("--backend", default="resiliparse", choices=["resiliparse", "trafilatura", "resiliparse_blocks"])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()

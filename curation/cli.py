@@ -194,6 +194,20 @@ def _parser(more: dict | None = None) -> argparse.ArgumentParser:
     index.add_argument("--output", default="runs/decontam-index", help="folder to write the index into")
     decontam_commands.add_parser("formats", help="the built-in benchmark formats and the fields they index")
 
+    extract = commands.add_parser("extract", help="train the resiliparse_blocks extractor's block classifier")
+    extract_commands = extract.add_subparsers(dest="extract_command", required=True)
+    blocks = extract_commands.add_parser(
+        "train-blocks", help="fit the block classifier on the extraction development sets' training split",
+        description="Reads the article-extraction-benchmark's and Readability's pages (SETS/article-extraction-"
+        "benchmark, SETS/readability), labels resiliparse's main-content blocks by the reference text, fits the "
+        "classifier on the training split (a hash of each page's name: 60%% of pages) and writes its weights. "
+        "benchmarks/extraction_quality.py scores it on the held-out 40%%.",
+    )  # fmt: skip
+    blocks.add_argument("--sets", help="the folder holding both development sets (default: ../shared/corpus/html)")
+    blocks.add_argument("--out", help="the model file to write (default: the one the package ships, "
+                        "filters/assets/extract_blocks/model.json)")  # fmt: skip
+    blocks.add_argument("--seed", type=int, default=0)
+
     report = commands.add_parser("report", help="render a run's figures (funnel, reasons, languages, ...) to static HTML")
     report.add_argument("output", help="a folder written by `curate run`")
     report.add_argument("--html", help="file to write (default: OUTPUT/report.html)")
@@ -682,6 +696,30 @@ def _nested_cv(quality, examples: list[tuple[str, int]], args) -> int:
     return 0
 
 
+def cmd_extract(args) -> int:
+    from fsspec.implementations.local import LocalFileSystem
+
+    from curation.extraction_model import train_block_model
+    from curation.extraction_sets import HTML_SETS, SET_NAMES, load_set
+    from curation.io import write_json_atomic
+    from filters.extract_blocks import MODEL_FILE
+
+    out = args.out or str(MODEL_FILE)
+    try:
+        pages = [page for name in SET_NAMES for page in load_set(name, Path(args.sets or HTML_SETS)) if page.split == "train"]
+    except FileNotFoundError as error:
+        print(f"curate extract: {error}; pass --sets", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    model, figures = train_block_model(pages, seed=args.seed)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(LocalFileSystem(), out, model.to_json())
+    print(f"trained on {figures['pages']} pages ({figures['blocks']:,} blocks, {figures['content_share']:.0%} main "
+          f"content) in {time.perf_counter() - started:.0f} s: threshold {figures['threshold']}, training-split F1 "
+          f"{figures['train_f1']:.3f}; wrote {out}")  # fmt: skip
+    return 0
+
+
 def cmd_sample(args) -> int:
     from curation.sources import sample
 
@@ -757,7 +795,7 @@ def main(argv: list[str] | None = None, more: dict | None = None) -> int:
 
     args = _parser(more).parse_args(argv)
     commands = {"run": cmd_run, "stats": cmd_stats, "tokenize": cmd_tokenize, "quality": cmd_quality, "decontam": cmd_decontam,
-                "report": cmd_report, "sample": cmd_sample}  # fmt: skip
+                "report": cmd_report, "sample": cmd_sample, "extract": cmd_extract}  # fmt: skip
     commands |= {name: run for name, (_, _, run) in (more or {}).items()}
     try:
         return commands[args.command](args)

@@ -1,4 +1,6 @@
-"""HTML -> main text. Trafilatura is FineWeb's choice; resiliparse is ~10x faster and selectable."""
+"""HTML -> main text. Trafilatura is FineWeb's choice; resiliparse is ~10x faster and selectable; resiliparse_blocks
+is resiliparse with a learned block classifier (filters/extract_blocks.py) and trafilatura for the pages it is
+unsure of."""
 
 import functools
 import multiprocessing
@@ -38,17 +40,35 @@ def _alarm(seconds: float):
 
 
 def extract_text(backend: str, html: str, fast: bool = False) -> str | None:
-    """The main text of one page. trafilatura runs with deduplicate=False: its deduplicate=True (datatrove's setting)
-    drops paragraphs seen in earlier calls of the process, so a page's text would depend on the pages before it (a
-    duplicated record came out shortened, and neither dedup stage saw the duplicate); repeated text is the dedup
-    stages' job. `fast`: trafilatura without its fallback extractors (ExtractParams.trafilatura_fast)."""
+    """The main text of one page (extract_page without saying which extractor made it)."""
+    return extract_page(backend, html, fast)[0]
+
+
+def extract_page(backend: str, html: str, fast: bool = False, fallback_unsure: float | None = None) -> tuple[str | None, bool]:
+    """The main text of one page, and whether resiliparse_blocks handed it to trafilatura (its share of words in
+    blocks the model is unsure of reached `fallback_unsure`; None: never). trafilatura runs
+    with deduplicate=False: its deduplicate=True (datatrove's setting) drops paragraphs seen in earlier calls of the
+    process, so a page's text would depend on the pages before it (a duplicated record came out shortened, and
+    neither dedup stage saw the duplicate); repeated text is the dedup stages' job. `fast`: trafilatura without its
+    fallback extractors (ExtractParams.trafilatura_fast)."""
+    if backend == "resiliparse_blocks":
+        from filters.extract_blocks import extract_with_blocks, load_block_model
+
+        text, unsure = extract_with_blocks(html, load_block_model())
+        if fallback_unsure is None or unsure < fallback_unsure:
+            return text, False
+        backend = "trafilatura"
+        fell_back = True
+    else:
+        fell_back = False
     if backend == "trafilatura":
         import trafilatura
 
-        return trafilatura.extract(html, favor_precision=True, include_comments=False, deduplicate=False, fast=fast)
+        text = trafilatura.extract(html, favor_precision=True, include_comments=False, deduplicate=False, fast=fast)
+        return text, fell_back
     from resiliparse.extract.html2text import extract_plain_text
 
-    return extract_plain_text(html, main_content=True)
+    return extract_plain_text(html, main_content=True), False
 
 
 def share_justext_stop_words() -> None:
@@ -80,13 +100,13 @@ class _ChildExtractor:
     def __init__(self):
         self.pool = None
 
-    def extract(self, backend: str, html: str, fast: bool, seconds: float) -> str | None:
+    def extract(self, backend: str, html: str, fast: bool, fallback: float | None, seconds: float) -> tuple[str | None, bool]:
         if self.pool is None:
-            sharing = share_justext_stop_words if backend == "trafilatura" else None
+            sharing = share_justext_stop_words if backend != "resiliparse" else None
             self.pool = multiprocessing.get_context("spawn").Pool(1, initializer=sharing)
-            self.pool.apply(extract_text, (backend, "<p>warm-up</p>"))  # start-up and imports are not the page's time
+            self.pool.apply(extract_page, (backend, "<p>warm-up</p>"))  # start-up and imports are not the page's time
         try:
-            return self.pool.apply_async(extract_text, (backend, html, fast)).get(timeout=seconds)
+            return self.pool.apply_async(extract_page, (backend, html, fast, fallback)).get(timeout=seconds)
         except multiprocessing.TimeoutError:
             self.pool.terminate()
             self.pool = None
@@ -113,7 +133,16 @@ def decode_html(payload: bytes, declared_charset: str | None) -> str | None:
 
 
 class ExtractParams(StageParams):
-    backend: Literal["trafilatura", "resiliparse"] = "trafilatura"
+    backend: Literal["trafilatura", "resiliparse", "resiliparse_blocks"] = Field(
+        "trafilatura", description="trafilatura (FineWeb's choice); resiliparse (DCLM's, ~10x cheaper, keeps more "
+        "boilerplate); resiliparse_blocks (resiliparse, a learned block classifier, trafilatura for the pages it is "
+        "unsure of): see docs/benchmarks.md 'Extraction quality'",
+    )  # fmt: skip
+    blocks_fallback_unsure: float | None = Field(
+        None, ge=0, le=1, description="resiliparse_blocks: a page whose share of words in blocks the model is unsure "
+        "of (probability 0.15-0.85) reaches this goes to trafilatura (0.3 sent 7-18% of the development pages, "
+        "docs/benchmarks.md); none: never",
+    )  # fmt: skip
     timeout_s: float = Field(5.0, ge=0, description="per-document extraction limit; 0 disables it")
     max_html_bytes: int = Field(2_000_000, gt=0, description="larger pages are dropped as html_too_large")
     min_text_chars: int = Field(1, ge=0)
@@ -125,8 +154,10 @@ class ExtractParams(StageParams):
 
     @model_validator(mode="after")
     def fast_needs_trafilatura(self) -> "ExtractParams":
-        if self.trafilatura_fast and self.backend != "trafilatura":
-            raise ValueError(f"trafilatura_fast applies to backend trafilatura, not {self.backend}")
+        if self.trafilatura_fast and self.backend == "resiliparse":
+            raise ValueError("trafilatura_fast applies to backend trafilatura (and resiliparse_blocks' fallback), not resiliparse")
+        if self.blocks_fallback_unsure is not None and self.backend != "resiliparse_blocks":
+            raise ValueError(f"blocks_fallback_unsure applies to backend resiliparse_blocks, not {self.backend}")
         return self
 
 
@@ -138,20 +169,22 @@ class HtmlExtractor(Stage):
     removes = ("html", "content_type", "charset")
 
     def setup(self) -> None:
-        if self.params.backend == "trafilatura":
+        if self.params.backend != "resiliparse":
             share_justext_stop_words()
-        extract_text(self.params.backend, "<p>warm-up</p>")  # the backend's imports, once per worker
+        extract_page(self.params.backend, "<p>warm-up</p>")  # the backend's imports (and model), once per worker
         self._child = _ChildExtractor()
+        self._fallbacks = 0
 
-    def _extract_limited(self, html: str) -> str | None:
+    def _extract_limited(self, html: str) -> tuple[str | None, bool]:
         """Within `timeout_s`: by SIGALRM on the main thread (Ray runs tasks there), else in a child process."""
         seconds, backend, fast = self.params.timeout_s, self.params.backend, self.params.trafilatura_fast
+        fallback = self.params.blocks_fallback_unsure
         if seconds <= 0:
-            return extract_text(backend, html, fast)
+            return extract_page(backend, html, fast, fallback)
         if threading.current_thread() is threading.main_thread():
             with _alarm(seconds):
-                return extract_text(backend, html, fast)
-        return self._child.extract(backend, html, fast, seconds)
+                return extract_page(backend, html, fast, fallback)
+        return self._child.extract(backend, html, fast, fallback, seconds)
 
     def _extract_one(self, payload: bytes | None, charset: str | None, text: str | None) -> tuple[str | None, str | None]:
         if payload is None:  # WET records arrive with text already extracted
@@ -162,17 +195,19 @@ class HtmlExtractor(Stage):
         if html is None:
             return "undecodable", None
         try:
-            extracted = self._extract_limited(html)
+            extracted, fell_back = self._extract_limited(html)
         except ExtractionTimeout:
             return "extract_timeout", None
         except Exception:  # a parser crash on one page must not stop the shard
             return "extract_error", None
+        self._fallbacks += fell_back
         extracted = (extracted or "").strip()
         if len(extracted) < max(1, self.params.min_text_chars):
             return "empty_text", None
         return None, extracted
 
     def annotate(self, table: pa.Table) -> Annotation:
+        self._fallbacks = 0
         reasons, texts = [], []
         for payload, charset, text in zip(
             table["html"].to_pylist(), table["charset"].to_pylist(), table["text"].to_pylist()
@@ -180,4 +215,5 @@ class HtmlExtractor(Stage):
             reason, extracted = self._extract_one(payload, charset, text)
             reasons.append(reason)
             texts.append(extracted)
-        return Annotation(reasons=reasons, columns={"text": texts})
+        stats = {"trafilatura_fallbacks": self._fallbacks} if self.params.backend == "resiliparse_blocks" else {}
+        return Annotation(reasons=reasons, columns={"text": texts}, stats=stats)

@@ -127,7 +127,7 @@ def test_sharing_the_stop_words_drops_the_set_built_before(monkeypatch):
 
 def test_the_child_extracting_off_the_main_thread_shares_the_stop_words_too():
     child = _ChildExtractor()
-    assert child.extract("trafilatura", ARTICLE, False, 30)
+    assert child.extract("trafilatura", ARTICLE, False, None, 30)[0]
     try:
         assert child.pool.apply(eval, ("__import__('justext.core').core.define_stoplist.shares_words",))
     finally:
