@@ -161,7 +161,7 @@ def _parser(more: dict | None = None) -> argparse.ArgumentParser:
         "the head transformers puts on it is fitted to the labels (ridge regression, or softmax regression with "
         "--task classes). Duplicate texts are counted once; --holdout of them is scored and printed beside a fastText "
         "classifier trained on the same split to tell label >= --positive-from apart: Spearman correlation with the "
-        "label and AUC, with 95%% bootstrap intervals.",
+        "label and AUC, with 95% bootstrap intervals.",
     )  # fmt: skip
     head.add_argument("--labelled", nargs="+", required=True, metavar="FILE",
                       help="JSONL(.gz) or Parquet files (or quoted globs): text and an integer label")  # fmt: skip
@@ -200,8 +200,8 @@ def _parser(more: dict | None = None) -> argparse.ArgumentParser:
         "train-blocks", help="fit the block classifier on the extraction development sets' training split",
         description="Reads the article-extraction-benchmark's and Readability's pages (SETS/article-extraction-"
         "benchmark, SETS/readability), labels resiliparse's main-content blocks by the reference text, fits the "
-        "classifier on the training split (a hash of each page's name: 60%% of pages) and writes its weights. "
-        "benchmarks/extraction_quality.py scores it on the held-out 40%%.",
+        "classifier on the training split (a hash of each page's name: 60% of pages) and writes its weights. "
+        "benchmarks/extraction_quality.py scores it on the held-out 40%.",
     )  # fmt: skip
     blocks.add_argument("--sets", help="the folder holding both development sets (default: ../shared/corpus/html)")
     blocks.add_argument("--out", help="the model file to write (default: the one the package ships, "
