@@ -30,7 +30,7 @@ from pydantic import Field, field_validator
 from filters.base import Annotation, Stage, StageParams
 from filters.code_filters import TEST_PATH
 from filters.license_match import (
-    DUAL, MAX_REST_WORDS, LicenseMatcher, gnu_suffix, join, matcher, notice_text, says_or_later, spdx_ids, subsumes,
+    ABOUT_THE_TEXT, DUAL, MAX_REST_WORDS, LicenseMatcher, gnu_suffix, join, matcher, notice_text, says_or_later, spdx_ids, subsumes,
 )
 
 # licenses asking at most for attribution and the notice, no share-alike: the usual permissive software licenses
@@ -44,13 +44,17 @@ PERMISSIVE = (
 LICENSE_FILE = re.compile(r"^(?:un)?licen[cs]e|^copying", re.IGNORECASE)
 # where a license file turns to the software a binary distribution bundles (numpy's and scipy's wheels append
 # OpenBLAS's and the GCC runtime's licenses): what follows is others' code, not the repository's license
-BUNDLED = re.compile(r"^.*\b(?:bundles?|bundled with|ships with|includes) the following\b|^.*\bthird[- ]party (?:software|"
-                     r"licenses|notices|components)\b", re.IGNORECASE | re.MULTILINE)  # fmt: skip
+BUNDLED = re.compile(r"^.*\b(?:bundles?|bundled with|ships with|includes) the following\b|^\W*third[- ]party (?:software|"
+                     r"licenses|notices|components)\b|^.*\bportions of this (?:module|project|software) are derived from\b"
+                     r"|^.*\bthis (?:project|product|software) includes (?:code|software)\b", re.IGNORECASE | re.MULTILINE)  # fmt: skip  # a heading: Apache-2.0's own text says "such third-party notices"
 THIRD_PARTY = re.compile(r"third|external|vendor|bundled|^licen[cs]es", re.IGNORECASE)  # LICENSE.thirdparty, LICENSES.txt: others' code
 README = re.compile(r"^readme(?:\.|$)", re.IGNORECASE)
+_RULE_LINE = re.compile(r"^[-=*_]{10,}\s*$", re.MULTILINE)
 _LICENSE_HEADING = re.compile(r"^(?:#+|=+|\.\. _)?\s*(?:licen[cs]e|licensing|copying)\b.*$", re.IGNORECASE | re.MULTILINE)
 _HEADING = re.compile(r"^(?:#+\s|\S.*\n[=\-~]{3,}$)", re.MULTILINE)
 HEADER_CHARS = 2000  # of each source file, for SPDX ids and notices in its header comment
+IDENTIFIER_HEAD = 500  # of a license file: an SPDX-License-Identifier line there names the file's license; one further
+# down belongs to code the file quotes (pyarrow's LICENSE.txt lists its bundled sources' identifiers)
 _EXPRESSION_WORDS = re.compile(r"\s+(AND|OR|WITH)\s+|[()]")
 
 
@@ -195,12 +199,13 @@ def _read(matcher: LicenseMatcher, path: str, text: str, full_text: bool) -> _Re
     them), else SPDX identifiers, a bare id or notices. A header: SPDX identifiers, else notices (a full license
     text is not a header)."""
     rest = text
-    if full_text:
+    if full_text and not matcher.identifiers(text[:IDENTIFIER_HEAD]):  # an SPDX header says exactly what prose suggests
         matches, rest = matcher.full_texts(text)
         if matches:
             named = [match.spdx for match in matches]
             if len(rest.split()) <= MAX_REST_WORDS:
-                named += [n for n in matcher.notices(rest) if not any(n == m or subsumes(m, n) for m in named)]
+                beside = matcher.notices(ABOUT_THE_TEXT.sub(" ", rest))
+                named += [n for n in beside if not any(n == m or subsumes(m, n) for m in named)]
             return _Read(path, named, False, bool(DUAL.search(rest)), says_or_later(rest))
     identified = matcher.identifiers(text) or ([bare] if full_text and (bare := matcher.bare_id(text)) else [])
     named = identified or matcher.notices(text)
@@ -210,7 +215,13 @@ def _read(matcher: LicenseMatcher, path: str, text: str, full_text: bool) -> _Re
 def _own_part(text: str) -> str:
     """A license file up to where it turns to bundled third-party software, when words come before that."""
     turn = BUNDLED.search(text)
-    return text[: turn.start()] if turn and re.search(r"\w{3}", text[: turn.start()]) else text
+    if not turn:
+        return text
+    start = turn.start()
+    rule = list(_RULE_LINE.finditer(text, max(0, start - 400), start))  # "-----" just above: the bundled part's start
+    if rule:
+        start = rule[-1].start()
+    return text[:start] if re.search(r"\w{3}", text[:start]) else text
 
 
 def _paths_from_urls(table: pa.Table, repositories: list[str]) -> list[str]:

@@ -31,6 +31,9 @@ DUAL = re.compile(
     r"|\blicen[sc]ed under either\b|\bat your (?:option|choice)\b(?! any later)(?! either version)|\beither of the licen[sc]es\b"
 )
 _LATER = re.compile(r"\bor at your option any later version\b|\bor any later version\b")
+# what a license document says of its own text, not a license of the software: Creative Commons' legal code ends with
+# "the text of the Creative Commons public licenses is dedicated to the public domain under the CC0 ..."
+ABOUT_THE_TEXT = re.compile(r"\bthe text of the(?: \w+){0,6} is dedicated to the public domain under the cc0 public domain dedication\b")
 
 # phrases naming a license in a README or header comment, tried in order; first the specific, then the general
 NOTICES: list[tuple[str, re.Pattern]] = [
@@ -94,10 +97,13 @@ class LicenseMatcher:
         self.known_ids = spdx_ids(folder)
         self.sizes: dict[str, int] = {}
         self.index: dict[int, list[str]] = {}
-        for spdx, entry in data.items():
-            shingles = set(_shingles(normalize(_without_copyright_lines(entry["text"]))))
-            self.sizes[spdx] = len(shingles)
-            for shingle in shingles:
+        texts = {spdx: set(_shingles(normalize(_without_copyright_lines(entry["text"])))) for spdx, entry in data.items()}
+        self.incorporates = incorporated_texts(texts)
+        self.whole = {spdx: texts[spdx] for spdx in self.incorporates}  # their words, the incorporated text's too
+        for spdx, shingles in texts.items():
+            own = shingles.difference(*(texts[other] for other in self.incorporates.get(spdx, ())))
+            self.sizes[spdx] = len(own)
+            for shingle in own:
                 self.index.setdefault(shingle, []).append(spdx)
 
     def full_texts(self, text: str) -> tuple[list[Match], str]:
@@ -119,6 +125,10 @@ class LicenseMatcher:
                 continue
             found.append(Match(spdx, round(coverage, 3)))
             claimed |= hits[spdx]
+        inside = {other for match in found for other in self.incorporates.get(match.spdx, ())}
+        found = [match for match in found if match.spdx not in inside]
+        for match in found:  # the incorporated text's words are the license's, not a notice beside it
+            claimed |= self.whole.get(match.spdx, set()) & set(shingles)
         covered = [False] * len(words)
         for start, shingle in enumerate(shingles):
             if shingle in claimed:
@@ -154,6 +164,18 @@ class LicenseMatcher:
         if tokens and all(t.upper() in ("AND", "OR", "(", ")") or t.lower() in self.known_ids for t in tokens):
             return " ".join(self.known_ids.get(t.lower(), t.upper()) for t in tokens).replace("( ", "(").replace(" )", ")")
         return None
+
+
+def incorporated_texts(texts: dict[str, set[int]], share: float = 0.99) -> dict[str, set[str]]:
+    """For each license, the other licenses whose whole text its own text carries (the LGPL-3.0 as SPDX and GNU
+    ship it: its own terms, then the GPL-3.0 they supplement). It is indexed by its own shingles only, so a file
+    holding the LGPL's terms alone is the LGPL, and a file holding both texts is the LGPL, not an AND."""
+    incorporates: dict[str, set[str]] = {}
+    for spdx, shingles in texts.items():
+        for other, theirs in texts.items():
+            if other != spdx and len(shingles) > 1.1 * len(theirs) and len(shingles & theirs) >= share * len(theirs):
+                incorporates.setdefault(spdx, set()).add(other)
+    return incorporates
 
 
 def subsumes(earlier: str, later: str) -> bool:

@@ -209,3 +209,41 @@ def test_real_license_files_of_installed_packages():
         pytest.skip("no installed package declares License-Expression with a single LICENSE file")
     wrong = [(name, expected, detected({"LICENSE": text}).license) for name, expected, text in packages]
     assert [w for w in wrong if w[1] != w[2]] == []
+
+
+def shipped_text(spdx: str) -> str:
+    """A text of the SPDX License List as the package ships it (filters/assets/licenses/texts.json)."""
+    import json
+
+    from filters.license_match import ASSETS
+
+    return json.loads((ASSETS / "texts.json").read_text())["licenses"][spdx]["text"]
+
+
+CC_TRAILER = ("\n\nCreative Commons is not a party to its public licenses. The text of the Creative Commons public licenses "
+              "is dedicated to the public domain under the CC0 Public Domain Dedication. Creative Commons may be contacted "
+              "at creativecommons.org.\n")  # fmt: skip
+
+
+def test_a_license_text_that_carries_or_quotes_another_is_that_one_license():
+    """The LGPL-3.0 as SPDX and REUSE hold it (its terms, then the GPL-3.0 they supplement), its terms alone, and the
+    CC-BY-SA-4.0 with the legal code's closing words about CC0: each the single license, never an AND."""
+    lgpl = shipped_text("LGPL-3.0")
+    gpl_starts = lgpl.index("GNU GENERAL PUBLIC LICENSE")
+    for text in (lgpl, lgpl[:gpl_starts]):
+        assert detect(matcher(), ["LICENSE"], [text]).license == "LGPL-3.0-only"
+    assert detect(matcher(), ["COPYING"], [lgpl[gpl_starts:]]).license == "GPL-3.0-only"
+    assert detect(matcher(), ["LICENSE"], [shipped_text("CC-BY-SA-4.0") + CC_TRAILER]).license == "CC-BY-SA-4.0"
+
+
+def test_a_file_holding_two_full_license_texts_is_their_and():
+    """Apache-2.0's own words ("such third-party notices") are not where a file turns to bundled software."""
+    both = shipped_text("MIT") + "\n\n" + shipped_text("Apache-2.0")
+    assert detect(matcher(), ["LICENSE"], [both]).license == "Apache-2.0 AND MIT"
+
+
+def test_an_spdx_identifier_wins_over_what_the_prose_suggests():
+    gpl2 = shipped_text("GPL-2.0")
+    assert detect(matcher(), ["LICENSE"], [gpl2]).license == "GPL-2.0-only"  # the text alone: no later versions claimed
+    header = "SPDX-License-Identifier: GPL-2.0-or-later\n\n"
+    assert detect(matcher(), ["LICENSE"], [header + gpl2]).license == "GPL-2.0-or-later"
