@@ -97,8 +97,14 @@ def cluster():
 
 
 @pytest.fixture(scope="module")
-def inputs(sample_snapshot) -> str:
-    return f"{sample_snapshot}/*.warc.gz"
+def inputs(tmp_path_factory) -> str:
+    """480 sample pages in 12 files: on a quiet machine the shared 160-page sample could finish before the node was
+    killed mid-run."""
+    from curation.sources import sample
+
+    folder = tmp_path_factory.mktemp("cluster-input")
+    sample.generate(folder, pages=480, files=12, seed=5)
+    return f"{folder}/*.warc.gz"
 
 
 @pytest.fixture(scope="module")
