@@ -5,22 +5,18 @@ page's reference text. The network (filters/extract_blocks.py) is fitted with to
 threshold is the one whose pages score the best F1 on the training split; the held-out split is never seen.
 """
 
-import re
-
 import numpy as np
 
-from curation.extraction_sets import Page, page_counts, score, shingles
+from curation.extraction_sets import Page, page_counts, score, shingles, tokens
 from filters.extract_blocks import FEATURES, Block, BlockModel, block_features, main_content_blocks
-
-_WORD = re.compile(r"\w+")
 
 
 def block_labels(blocks: list[Block], reference: str) -> np.ndarray:
     truth = shingles(reference)
-    joined = " " + " ".join(_WORD.findall(reference)) + " "
+    joined = " " + " ".join(tokens(reference)) + " "
     labels = []
     for block in blocks:
-        words = _WORD.findall(block.text)
+        words = tokens(block.text)
         if len(words) < 4:
             labels.append(bool(words) and f" {' '.join(words)} " in joined)
             continue

@@ -59,9 +59,14 @@ def html_text(html: str) -> str:
     return extract_plain_text(html, preserve_formatting=True, main_content=False, list_bullets=False, alt_texts=False)
 
 
+def tokens(text: str | None) -> list[str]:
+    """The benchmark's tokens: runs of word characters."""
+    return _TOKEN.findall(text or "")
+
+
 def shingles(text: str, n: int = 4) -> Counter:
-    tokens = _TOKEN.findall(text or "")
-    return Counter(tuple(tokens[i : i + n]) for i in range(max(1, len(tokens) - n + 1)) if tokens)
+    words = tokens(text)
+    return Counter(tuple(words[i : i + n]) for i in range(max(1, len(words) - n + 1)) if words)
 
 
 def page_counts(reference: str, extracted: str | None) -> tuple[float, float, float]:

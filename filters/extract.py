@@ -46,29 +46,27 @@ def extract_text(backend: str, html: str, fast: bool = False) -> str | None:
 
 def extract_page(backend: str, html: str, fast: bool = False, fallback_unsure: float | None = None) -> tuple[str | None, bool]:
     """The main text of one page, and whether resiliparse_blocks handed it to trafilatura (its share of words in
-    blocks the model is unsure of reached `fallback_unsure`; None: never). trafilatura runs
-    with deduplicate=False: its deduplicate=True (datatrove's setting) drops paragraphs seen in earlier calls of the
-    process, so a page's text would depend on the pages before it (a duplicated record came out shortened, and
-    neither dedup stage saw the duplicate); repeated text is the dedup stages' job. `fast`: trafilatura without its
-    fallback extractors (ExtractParams.trafilatura_fast)."""
+    blocks the model is unsure of reached `fallback_unsure`; None: never). `fast`: trafilatura without its fallback
+    extractors (ExtractParams.trafilatura_fast)."""
     if backend == "resiliparse_blocks":
         from filters.extract_blocks import extract_with_blocks, load_block_model
 
-        text, unsure = extract_with_blocks(html, load_block_model())
-        if fallback_unsure is None or unsure < fallback_unsure:
-            return text, False
-        backend = "trafilatura"
-        fell_back = True
-    else:
-        fell_back = False
+        text, hand_over = extract_with_blocks(html, load_block_model(), fallback_unsure)
+        return (_trafilatura(html, fast), True) if hand_over else (text, False)
     if backend == "trafilatura":
-        import trafilatura
-
-        text = trafilatura.extract(html, favor_precision=True, include_comments=False, deduplicate=False, fast=fast)
-        return text, fell_back
+        return _trafilatura(html, fast), False
     from resiliparse.extract.html2text import extract_plain_text
 
     return extract_plain_text(html, main_content=True), False
+
+
+def _trafilatura(html: str, fast: bool) -> str | None:
+    """trafilatura with deduplicate=False: its deduplicate=True (datatrove's setting) drops paragraphs seen in earlier
+    calls of the process, so a page's text would depend on the pages before it (a duplicated record came out
+    shortened, and neither dedup stage saw the duplicate); repeated text is the dedup stages' job."""
+    import trafilatura
+
+    return trafilatura.extract(html, favor_precision=True, include_comments=False, deduplicate=False, fast=fast)
 
 
 def share_justext_stop_words() -> None:
@@ -173,7 +171,6 @@ class HtmlExtractor(Stage):
             share_justext_stop_words()
         extract_page(self.params.backend, "<p>warm-up</p>")  # the backend's imports (and model), once per worker
         self._child = _ChildExtractor()
-        self._fallbacks = 0
 
     def _extract_limited(self, html: str) -> tuple[str | None, bool]:
         """Within `timeout_s`: by SIGALRM on the main thread (Ray runs tasks there), else in a child process."""
@@ -186,34 +183,34 @@ class HtmlExtractor(Stage):
                 return extract_page(backend, html, fast, fallback)
         return self._child.extract(backend, html, fast, fallback, seconds)
 
-    def _extract_one(self, payload: bytes | None, charset: str | None, text: str | None) -> tuple[str | None, str | None]:
+    def _extract_one(self, payload: bytes | None, charset: str | None, text: str | None) -> tuple[str | None, str | None, bool]:
+        """(drop reason or None, text, whether resiliparse_blocks handed the page to trafilatura)."""
         if payload is None:  # WET records arrive with text already extracted
-            return (None, text) if text and len(text) >= self.params.min_text_chars else ("empty_text", None)
+            return (None, text, False) if text and len(text) >= self.params.min_text_chars else ("empty_text", None, False)
         if len(payload) > self.params.max_html_bytes:
-            return "html_too_large", None
+            return "html_too_large", None, False
         html = decode_html(payload, charset)
         if html is None:
-            return "undecodable", None
+            return "undecodable", None, False
         try:
             extracted, fell_back = self._extract_limited(html)
         except ExtractionTimeout:
-            return "extract_timeout", None
+            return "extract_timeout", None, False
         except Exception:  # a parser crash on one page must not stop the shard
-            return "extract_error", None
-        self._fallbacks += fell_back
+            return "extract_error", None, False
         extracted = (extracted or "").strip()
         if len(extracted) < max(1, self.params.min_text_chars):
-            return "empty_text", None
-        return None, extracted
+            return "empty_text", None, fell_back
+        return None, extracted, fell_back
 
     def annotate(self, table: pa.Table) -> Annotation:
-        self._fallbacks = 0
-        reasons, texts = [], []
+        reasons, texts, fallbacks = [], [], 0
         for payload, charset, text in zip(
             table["html"].to_pylist(), table["charset"].to_pylist(), table["text"].to_pylist()
         ):
-            reason, extracted = self._extract_one(payload, charset, text)
+            reason, extracted, fell_back = self._extract_one(payload, charset, text)
             reasons.append(reason)
             texts.append(extracted)
-        stats = {"trafilatura_fallbacks": self._fallbacks} if self.params.backend == "resiliparse_blocks" else {}
+            fallbacks += fell_back
+        stats = {"trafilatura_fallbacks": fallbacks} if self.params.backend == "resiliparse_blocks" else {}
         return Annotation(reasons=reasons, columns={"text": texts}, stats=stats)

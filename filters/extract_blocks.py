@@ -44,6 +44,10 @@ class Block:
     def text(self) -> str:
         return _SPACES.sub(" ", html_entities.unescape("".join(self.parts))).strip()
 
+    @cached_property
+    def words(self) -> int:
+        return len(_WORD.findall(self.text))
+
 
 def minimal_html_blocks(markup: str) -> list[Block]:
     """Resiliparse's minimal HTML cut into blocks, each with the characters of it inside links."""
@@ -85,7 +89,7 @@ def block_features(blocks: list[Block]) -> np.ndarray:
     """One row of FEATURES per block."""
     count = len(blocks)
     texts = [block.text for block in blocks]
-    words = [len(_WORD.findall(text)) for text in texts]
+    words = [block.words for block in blocks]
     link = [min(1.0, block.link_chars / max(1, len(text))) for block, text in zip(blocks, texts)]
     log_words = [math.log1p(w) for w in words]
     total_words = sum(words) or 1
@@ -159,17 +163,18 @@ UNSURE = (0.15, 0.85)  # block probabilities the model is unsure of
 
 def unsure_share(blocks: list[Block], probabilities: np.ndarray) -> float:
     """The share of a page's words in blocks whose probability is in UNSURE: 1 for a page with no words."""
-    words = np.array([len(_WORD.findall(block.text)) for block in blocks], dtype=np.float64)
+    words = np.array([block.words for block in blocks], dtype=np.float64)
     unsure = (probabilities > UNSURE[0]) & (probabilities < UNSURE[1])
     return float(words[unsure].sum() / words.sum()) if words.sum() else 1.0
 
 
-def extract_with_blocks(html: str, model: BlockModel | None = None) -> tuple[str, float]:
-    """The page's main text (resiliparse's main-content blocks the model keeps, one per line) and its unsure share."""
+def extract_with_blocks(html: str, model: BlockModel | None = None, fallback_unsure: float | None = None) -> tuple[str, bool]:
+    """The page's main text (resiliparse's main-content blocks the model keeps, one per line), and whether its
+    unsure share reaches `fallback_unsure` (never when None), so the page should go to another extractor."""
     blocks = main_content_blocks(html)
     if not blocks:
-        return "", 1.0
+        return "", fallback_unsure is not None
     model = model or load_block_model()
     probabilities = model.probabilities(block_features(blocks))
     text = "\n".join(block.text for block, p in zip(blocks, probabilities) if p >= model.threshold)
-    return text, unsure_share(blocks, probabilities)
+    return text, fallback_unsure is not None and unsure_share(blocks, probabilities) >= fallback_unsure

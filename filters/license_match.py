@@ -111,8 +111,9 @@ class LicenseMatcher:
         second license may be named by a notice, e.g. tqdm's MIT text followed by an MPL-2.0 header)."""
         words = normalize(_without_copyright_lines(text))
         shingles = _shingles(words)
+        present = set(shingles)
         hits: dict[str, set[int]] = {}
-        for shingle in set(shingles):
+        for shingle in present:
             for spdx in self.index.get(shingle, ()):
                 hits.setdefault(spdx, set()).add(shingle)
         ranked = sorted(hits, key=lambda spdx: (-len(hits[spdx]) ** 2 / self.sizes[spdx], spdx))
@@ -128,7 +129,7 @@ class LicenseMatcher:
         inside = {other for match in found for other in self.incorporates.get(match.spdx, ())}
         found = [match for match in found if match.spdx not in inside]
         for match in found:  # the incorporated text's words are the license's, not a notice beside it
-            claimed |= self.whole.get(match.spdx, set()) & set(shingles)
+            claimed |= self.whole.get(match.spdx, set()) & present
         covered = [False] * len(words)
         for start, shingle in enumerate(shingles):
             if shingle in claimed:
