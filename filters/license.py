@@ -44,9 +44,10 @@ PERMISSIVE = (
 LICENSE_FILE = re.compile(r"^(?:un)?licen[cs]e|^copying", re.IGNORECASE)
 # where a license file turns to the software a binary distribution bundles (numpy's and scipy's wheels append
 # OpenBLAS's and the GCC runtime's licenses): what follows is others' code, not the repository's license
-BUNDLED = re.compile(r"^.*\b(?:bundles?|bundled with|ships with|includes) the following\b|^\W*third[- ]party (?:software|"
-                     r"licenses|notices|components)\b|^.*\bportions of this (?:module|project|software) are derived from\b"
-                     r"|^.*\bthis (?:project|product|software) includes (?:code|software)\b", re.IGNORECASE | re.MULTILINE)  # fmt: skip  # a heading: Apache-2.0's own text says "such third-party notices"
+BUNDLED = re.compile(r"\b(?:bundles?|bundled with|ships with|includes) the following\b|^\W*third[- ]party (?:software|"
+                     r"licenses|notices|components)\b|\bportions of this (?:module|project|software) are derived from\b"
+                     r"|\bthis (?:project|product|software) includes (?:code|software)\b", re.IGNORECASE | re.MULTILINE)  # fmt: skip  # a heading: Apache-2.0's own text says "such third-party notices"
+_BUNDLED_WORDS = re.compile(r"the following|third[- ]party|portions of this|includes (?:code|software)")  # BUNDLED's words, lower-case: a quick first pass
 THIRD_PARTY = re.compile(r"third|external|vendor|bundled|^licen[cs]es", re.IGNORECASE)  # LICENSE.thirdparty, LICENSES.txt: others' code
 README = re.compile(r"^readme(?:\.|$)", re.IGNORECASE)
 _RULE_LINE = re.compile(r"^[-=*_]{10,}\s*$", re.MULTILINE)
@@ -214,14 +215,28 @@ def _read(matcher: LicenseMatcher, path: str, text: str, full_text: bool) -> _Re
 
 def _own_part(text: str) -> str:
     """A license file up to where it turns to bundled third-party software, when words come before that."""
-    turn = BUNDLED.search(text)
-    if not turn:
+    start = _bundled_line(text)
+    if start is None:
         return text
-    start = turn.start()
     rule = list(_RULE_LINE.finditer(text, max(0, start - 400), start))  # "-----" just above: the bundled part's start
     if rule:
         start = rule[-1].start()
     return text[:start] if re.search(r"\w{3}", text[:start]) else text
+
+
+def _bundled_line(text: str) -> int | None:
+    """Where the first line BUNDLED matches starts. BUNDLED over a whole license text costs milliseconds (it has no
+    literal to skip ahead by); the lower-cased text is first searched for its words, and only those lines tried."""
+    lower = text.lower()
+    if len(lower) != len(text):  # lower-casing moved offsets (a dotted capital I): search the slow way
+        turn = BUNDLED.search(text)
+        return None if turn is None else text.rfind("\n", 0, turn.start()) + 1
+    for hit in _BUNDLED_WORDS.finditer(lower):
+        start = text.rfind("\n", 0, hit.start()) + 1
+        end = text.find("\n", hit.end())
+        if BUNDLED.search(text, start, len(text) if end < 0 else end):
+            return start
+    return None
 
 
 def _paths_from_urls(table: pa.Table, repositories: list[str]) -> list[str]:

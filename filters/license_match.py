@@ -1,9 +1,9 @@
-"""License detection against the SPDX license texts shipped in `filters/assets/licenses/` (SPDX License List 3.28.0,
-63 common licenses), without scancode's dependencies: the benchmark (docs/benchmarks.md, "License detection") found
-it as accurate as scancode-toolkit on real LICENSE files at a small fraction of the time.
+"""License detection against every licence text with an SPDX id that SPDX's list and ScanCode's LicenseDB hold
+(filters/license_database.py), without scancode's dependencies; the benchmark is benchmarks/license_detection.py
+(docs/benchmarks.md, "License detection").
 
-A file's words become 4-word shingles; a license is present where the file holds at least `MIN_COVERAGE` of that
-license's shingles. Licenses that are near-subsets of each other (MIT-0 of MIT, BSD-2-Clause of BSD-3-Clause) are told
+A file's words become 4-word shingles; a license is present where the file holds at least `MIN_COVERAGE` of one of
+that license's texts' shingles (filters/license_index.py). Licenses that are near-subsets of each other (MIT-0 of MIT, BSD-2-Clause of BSD-3-Clause) are told
 apart by ranking candidates by coverage² x size and dropping a candidate whose matched shingles an earlier one already
 claimed. Texts too short for that (a README's "Licensed under the Apache License, Version 2.0", a header comment)
 are read by `SPDX-License-Identifier` lines and by the notice patterns below.
@@ -15,15 +15,16 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-ASSETS = Path(__file__).parent / "assets" / "licenses"
-SHINGLE = 4
+import numpy as np
+
+from filters.license_database import ASSETS
+from filters.license_index import SHINGLE, LicenseIndex, default_index, distinct, normalize, without_copyright_lines
+
 MIN_COVERAGE = 0.6  # of a license's shingles, for its full text to count as present
 MAX_REST_WORDS = 200  # notices are read beside a full text only in a short rest (a preamble, not third-party notices)
+MISSING_WEIGHT = 0.1  # a license shingle the file lacks, against one it holds: files leave out preambles and appendices
 MAX_CLAIMED = 0.5  # a candidate whose matched shingles are mostly another found license's is part of that one
-_WORD = re.compile(r"[a-z0-9]+(?:\.[0-9]+)*")
-_SPELLINGS = {"licence": "license", "licences": "licenses", "licenced": "licensed", "copyrights": "copyright"}
 _SPDX_LINE = re.compile(r"SPDX-License-Identifier:\s*([A-Za-z0-9.+\- ()]+?)\s*(?:\*/|-->|#\}|\"|$)", re.MULTILINE)
-_COPYRIGHT_LINE = re.compile(r"^\W*(?:copyright\s*(?:\(c\)|©|\d{4}|by\b|<)|\(c\)|©).*$", re.IGNORECASE | re.MULTILINE)
 _EXPRESSION_TOKEN = re.compile(r"\(|\)|[A-Za-z0-9.+\-]+")
 # a text offering a choice between licenses: their combination is OR, else AND (checked against every shipped text)
 DUAL = re.compile(
@@ -64,23 +65,9 @@ NOTICES: list[tuple[str, re.Pattern]] = [
 ]  # fmt: skip
 
 
-def normalize(text: str) -> list[str]:
-    """Lower-case words without punctuation, comment markers or British spellings: the form both sides are compared in."""
-    return [_SPELLINGS.get(word, word) for word in _WORD.findall(text.lower())]
-
-
 def notice_text(text: str) -> str:
     """The text as one line of normalized words, for the notice patterns (which see no punctuation or line breaks)."""
     return " ".join(normalize(text))
-
-
-def _without_copyright_lines(text: str) -> str:
-    """Copyright lines differ in every copy of a license (names, years): both sides are compared without them."""
-    return _COPYRIGHT_LINE.sub("", text)
-
-
-def _shingles(words: list[str]) -> list[int]:
-    return [hash(tuple(words[i : i + SHINGLE])) for i in range(max(0, len(words) - SHINGLE + 1))]
 
 
 @dataclass(frozen=True)
@@ -90,51 +77,59 @@ class Match:
 
 
 class LicenseMatcher:
-    """The shipped texts as an inverted index shingle -> licenses; built once per process (about 0.2 s)."""
+    """Full licence texts looked up in the shingle index (filters/license_index.py), notices and SPDX ids read
+    by patterns."""
 
-    def __init__(self, folder: Path = ASSETS):
-        data = json.loads((folder / "texts.json").read_text())["licenses"]
+    def __init__(self, index: LicenseIndex | None = None, folder: Path = ASSETS):
+        self.index = default_index() if index is None else index
         self.known_ids = spdx_ids(folder)
-        self.sizes: dict[str, int] = {}
-        self.index: dict[int, list[str]] = {}
-        texts = {spdx: set(_shingles(normalize(_without_copyright_lines(entry["text"])))) for spdx, entry in data.items()}
-        self.incorporates = incorporated_texts(texts)
-        self.whole = {spdx: texts[spdx] for spdx in self.incorporates}  # their words, the incorporated text's too
-        for spdx, shingles in texts.items():
-            own = shingles.difference(*(texts[other] for other in self.incorporates.get(spdx, ())))
-            self.sizes[spdx] = len(own)
-            for shingle in own:
-                self.index.setdefault(shingle, []).append(spdx)
 
     def full_texts(self, text: str) -> tuple[list[Match], str]:
         """The licenses whose full text the file holds, best first, and the file's words outside them (where a
-        second license may be named by a notice, e.g. tqdm's MIT text followed by an MPL-2.0 header)."""
-        words = normalize(_without_copyright_lines(text))
-        shingles = _shingles(words)
-        present = set(shingles)
-        hits: dict[str, set[int]] = {}
-        for shingle in present:
-            for spdx in self.index.get(shingle, ()):
-                hits.setdefault(spdx, set()).add(shingle)
-        ranked = sorted(hits, key=lambda spdx: (-len(hits[spdx]) ** 2 / self.sizes[spdx], spdx))
-        found, claimed = [], set()
-        for spdx in ranked:
-            coverage = len(hits[spdx]) / self.sizes[spdx]
-            if coverage < MIN_COVERAGE:
-                continue
-            if len(hits[spdx] & claimed) > MAX_CLAIMED * len(hits[spdx]):
-                continue
-            found.append(Match(spdx, round(coverage, 3)))
-            claimed |= hits[spdx]
-        inside = {other for match in found for other in self.incorporates.get(match.spdx, ())}
-        found = [match for match in found if match.spdx not in inside]
-        for match in found:  # the incorporated text's words are the license's, not a notice beside it
-            claimed |= self.whole.get(match.spdx, set()) & present
-        covered = [False] * len(words)
-        for start, shingle in enumerate(shingles):
-            if shingle in claimed:
-                covered[start : start + SHINGLE] = [True] * SHINGLE
-        return found, " ".join(word for word, inside in zip(words, covered) if not inside)
+        second license may be named by a notice, e.g. tqdm's MIT text followed by an MPL-2.0 header).
+
+        Candidates are the texts the file covers past MIN_COVERAGE. Greedily, the one explaining the most of the file
+        not yet explained (less MISSING_WEIGHT per shingle of its own the file lacks) is taken, until every candidate
+        left has more than MAX_CLAIMED of its matched shingles explained already: a file holding MIT's and
+        BSD-3-Clause's texts is those two, not NCSA (whose text mixes both) and a third."""
+        index = self.index
+        words = normalize(without_copyright_lines(text))
+        codes = index.codes(words)
+        present = distinct(codes[codes != 0])
+        pair_shingle, pair_entry = index.postings.lookup(present)
+        hit_counts = np.bincount(pair_entry, minlength=len(index.sizes))
+        candidates = np.flatnonzero(hit_counts >= MIN_COVERAGE * index.sizes)
+        keep = np.zeros(len(index.sizes), dtype=bool)
+        keep[candidates] = True
+        keep = keep[pair_entry]
+        pair_shingle, pair_entry = pair_shingle[keep], pair_entry[keep]
+        found: list[tuple[int, Match]] = []
+        claimed = np.zeros(len(present), dtype=bool)
+        missing = index.sizes - hit_counts  # the license's shingles the file lacks (a preamble or appendix left out)
+        open_ = candidates
+        while len(open_):
+            unclaimed = hit_counts - np.bincount(pair_entry, weights=claimed[pair_shingle], minlength=len(index.sizes))
+            open_ = open_[unclaimed[open_] >= (1 - MAX_CLAIMED) * hit_counts[open_]]
+            if not len(open_):
+                break
+            score = unclaimed[open_] - MISSING_WEIGHT * missing[open_]
+            best = open_[np.flatnonzero(score == score.max())]
+            entry = int(min(best, key=lambda e: index.spdx[e]))
+            if index.spdx[entry] not in {match.spdx for _, match in found}:  # not a second copy of a license found
+                found.append((entry, Match(index.spdx[entry], round(float(hit_counts[entry] / index.sizes[entry]), 3))))
+            claimed[pair_shingle[pair_entry == entry]] = True
+            open_ = open_[open_ != entry]
+        inside = {index.spdx[other] for entry, _ in found for other in index.incorporates.get(entry, ())}
+        found = [(entry, match) for entry, match in found if match.spdx not in inside]
+        for entry, _ in found:  # the incorporated text's words are the license's, not a notice beside it
+            if entry in index.whole:
+                claimed |= np.isin(present, index.whole[entry], assume_unique=True)
+        if len(present):
+            starts = (codes != 0) & claimed[np.searchsorted(present, codes).clip(0, len(present) - 1)]
+            covered = np.convolve(starts.astype(np.int32), np.ones(SHINGLE, dtype=np.int32))[: len(words)] > 0
+        else:
+            covered = np.zeros(len(words), dtype=bool)
+        return [match for _, match in found], " ".join(word for word, inside in zip(words, covered) if not inside)
 
     def identifiers(self, text: str) -> list[str]:
         """The expressions of the text's `SPDX-License-Identifier:` lines, with ids spelled as SPDX spells them."""
@@ -167,29 +162,16 @@ class LicenseMatcher:
         return None
 
 
-def incorporated_texts(texts: dict[str, set[int]], share: float = 0.99) -> dict[str, set[str]]:
-    """For each license, the other licenses whose whole text its own text carries (the LGPL-3.0 as SPDX and GNU
-    ship it: its own terms, then the GPL-3.0 they supplement). It is indexed by its own shingles only, so a file
-    holding the LGPL's terms alone is the LGPL, and a file holding both texts is the LGPL, not an AND."""
-    incorporates: dict[str, set[str]] = {}
-    for spdx, shingles in texts.items():
-        for other, theirs in texts.items():
-            if other != spdx and len(shingles) > 1.1 * len(theirs) and len(shingles & theirs) >= share * len(theirs):
-                incorporates.setdefault(spdx, set()).add(other)
-    return incorporates
-
-
 def subsumes(earlier: str, later: str) -> bool:
     return (earlier, later) in {("MIT-0", "MIT"), ("Python-2.0", "PSF-2.0"), ("LGPL-2.1", "LGPL-2.0"), ("AGPL-3.0", "GPL-3.0"), ("LGPL-3.0", "GPL-3.0"), ("LGPL-2.1", "GPL-2.0"), ("LGPL-2.0", "GPL-2.0"), ("CC-BY-SA-4.0", "CC-BY-4.0")}
-
-
-GNU_VERSIONED = ("GPL-2.0", "GPL-3.0", "LGPL-2.0", "LGPL-2.1", "LGPL-3.0", "AGPL-3.0", "GFDL-1.3")
 
 
 def gnu_suffix(spdx: str, later: bool) -> str:
     """GNU licenses need `-only` or `-or-later` in SPDX; the texts are the same, the notice ("or any later
     version") decides, and without one `-only` is the claim the text alone supports."""
-    return f"{spdx}-or-later" if spdx in GNU_VERSIONED and later else f"{spdx}-only" if spdx in GNU_VERSIONED else spdx
+    if spdx.lower() + "-only" not in spdx_ids():
+        return spdx
+    return f"{spdx}-or-later" if later else f"{spdx}-only"
 
 
 def says_or_later(text: str) -> bool:

@@ -236,6 +236,26 @@ def test_a_license_text_that_carries_or_quotes_another_is_that_one_license():
     assert detect(matcher(), ["LICENSE"], [shipped_text("CC-BY-SA-4.0") + CC_TRAILER]).license == "CC-BY-SA-4.0"
 
 
+def licensedb_text(spdx: str) -> str:
+    """A licence text as ScanCode's LicenseDB holds it (the `licensedcode-data` dependency)."""
+    from filters.license_database import database_texts, licensedb_folder
+
+    return dict(database_texts(licensedb_folder()))[spdx]
+
+
+def test_licenses_beyond_the_common_ones_and_their_neighbouring_versions():
+    """The OFL-1.1 as a REUSE LICENSES/OFL-1.1.txt holds it (its copyright and Reserved Font Name line first, lines
+    wrapped anew), and licences whose versions share most words: each the one id."""
+    import textwrap
+
+    ofl = "Copyright (c) 2031, Ada Example (ada@example.org),\nwith Reserved Font Name Example Sans.\n\n" + "\n\n".join(
+        textwrap.fill(paragraph, 66) for paragraph in licensedb_text("OFL-1.1").split("\n\n"))
+    assert detect(matcher(), ["LICENSE"], [ofl]).license == "OFL-1.1"
+    for spdx, expected in [("CC-BY-SA-3.0", "CC-BY-SA-3.0"), ("CC-BY-3.0", "CC-BY-3.0"), ("GFDL-1.2", "GFDL-1.2-only"),
+                           ("GFDL-1.3", "GFDL-1.3-only"), ("Artistic-1.0-Perl", "Artistic-1.0-Perl"), ("GPL-1.0", "GPL-1.0-only")]:  # fmt: skip
+        assert detect(matcher(), ["LICENSE"], [licensedb_text(spdx)]).license == expected
+
+
 def test_a_file_holding_two_full_license_texts_is_their_and():
     """Apache-2.0's own words ("such third-party notices") are not where a file turns to bundled software."""
     both = shipped_text("MIT") + "\n\n" + shipped_text("Apache-2.0")

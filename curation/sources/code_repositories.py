@@ -61,6 +61,9 @@ def stdlib_inputs() -> list[str]:
     return [str(root / "*.py")] + packages
 
 
+DATA_ONLY = ("licensedcode-data",)  # ScanCode's licence database (the license stage's): 37,000 licence texts, no code
+
+
 def project_distributions(project: str = PROJECT) -> list[str]:
     """The dist-info folders of this project's installed dependency closure (extras not included): real repositories
     with their own licenses and tests, the same set on every machine that installs the project."""
@@ -85,7 +88,7 @@ def project_distributions(project: str = PROJECT) -> list[str]:
     folders = []
     for name, distribution in found.items():
         folder = getattr(distribution, "_path", None)
-        if name != key(project) and folder is not None and str(folder).endswith(".dist-info"):
+        if name not in (key(project), *DATA_ONLY) and folder is not None and str(folder).endswith(".dist-info"):
             folders.append(str(folder))
     return sorted(folders)
 

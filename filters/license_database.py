@@ -1,0 +1,98 @@
+"""The licence texts the detector matches a file against, each under the SPDX id it stands for:
+- the SPDX License List's texts shipped in `assets/licenses/texts.json` (63 common ones, CC0-1.0; see NOTICE there);
+- every licence of ScanCode's LicenseDB that has an SPDX id (about 600, from 0BSD to ZPL-2.1; exceptions, deprecated
+  and generic entries left out), as the `licensedcode-data` package installs it. That data is CC-BY-4.0: "Copyright
+  (c) nexB Inc. and others. ScanCode is a trademark of nexB Inc." (https://github.com/aboutcode-org/scancode-toolkit).
+  It is a dependency, read where pip put it, never copied here.
+
+GNU licences appear once, under their version (`GPL-2.0`): their -only and -or-later texts are the same licence, and
+the detector takes the suffix from the notice beside the text (filters/license_match.gnu_suffix).
+"""
+
+import importlib.metadata
+import json
+import re
+from functools import cache
+from pathlib import Path
+from typing import NamedTuple
+
+ASSETS = Path(__file__).parent / "assets" / "licenses"
+DATA_PACKAGE = "licensedcode-data"
+_SPDX_KEY = re.compile(r"^spdx_license_key:\s*(\S+)\s*$", re.MULTILINE)
+_KEY = re.compile(r"^key:\s*(\S+)\s*$", re.MULTILINE)
+_EXPRESSION = re.compile(r"^license_expression:\s*([^\s()]+)\s*$", re.MULTILINE)  # one licence, no AND/OR/WITH
+_LICENSE_TEXT = re.compile(r"^is_license_text:\s*yes\s*$", re.MULTILINE)
+_NOT_RELEVANT = re.compile(r"^relevance:\s*(?!100\b)\d+\s*$|^is_false_positive:\s*yes\s*$", re.MULTILINE)
+_LEFT_OUT = re.compile(r"^is_(?:exception|deprecated|generic|unknown):\s*yes\s*$", re.MULTILINE)
+
+
+def licensedb_folder() -> Path:
+    """`licensedcode/data/licenses` of the installed `licensedcode-data` (a dependency: without it the detector
+    would know 63 licences and quietly call the rest unknown)."""
+    try:
+        folder = Path(importlib.metadata.distribution(DATA_PACKAGE).locate_file("licensedcode/data/licenses"))
+    except importlib.metadata.PackageNotFoundError:
+        folder = None
+    if folder is None or not folder.is_dir():
+        raise RuntimeError(f"the license stage needs ScanCode's licence database: pip install {DATA_PACKAGE}")
+    return folder
+
+
+def database_texts(folder: Path) -> list[tuple[str, str]]:
+    """(SPDX id, text) of every LicenseDB licence with a real SPDX id (no LicenseRef-, exception or deprecated one);
+    a GNU licence's -only text under its bare version, its -or-later text (a notice, then the same text) left out."""
+    entries = []
+    for path in sorted(folder.glob("*.LICENSE")):
+        parts = path.read_text(encoding="utf-8", errors="replace").split("---\n", 2)
+        if len(parts) < 3 or _LEFT_OUT.search(parts[1]):
+            continue
+        key = _SPDX_KEY.search(parts[1])
+        if key and not key.group(1).startswith("LicenseRef-") and parts[2].strip():
+            entries.append((key.group(1), parts[2]))
+    ids = {spdx for spdx, _ in entries}
+    return [(_gnu_base(spdx), text) for spdx, text in entries
+            if not (spdx.endswith("-or-later") and spdx.removesuffix("-or-later") + "-only" in ids)]  # fmt: skip
+
+
+def rule_texts(folder: Path) -> list[tuple[str, str]]:
+    """(SPDX id, text) of the LicenseDB's rules that are a licence's full text as found in the wild (a variant: the
+    Apache-2.0 without its appendix, a BSD-3-Clause that says "the author"), for one licence with a real SPDX id."""
+    spdx_of = {}
+    for path in folder.glob("*.LICENSE"):
+        head = path.read_text(encoding="utf-8", errors="replace").split("---\n", 2)[1]
+        key, spdx = _KEY.search(head), _SPDX_KEY.search(head)
+        if key and spdx and not _LEFT_OUT.search(head) and not spdx.group(1).startswith("LicenseRef-"):
+            spdx_of[key.group(1)] = spdx.group(1)
+    entries = []
+    for path in sorted((folder.parent / "rules").glob("*.RULE")):
+        parts = path.read_text(encoding="utf-8", errors="replace").split("---\n", 2)
+        if len(parts) < 3 or not _LICENSE_TEXT.search(parts[1]) or _NOT_RELEVANT.search(parts[1]):
+            continue
+        expression = _EXPRESSION.search(parts[1])
+        spdx = spdx_of.get(expression.group(1)) if expression else None
+        if spdx and parts[2].strip():
+            entries.append((spdx, parts[2]))
+    return entries
+
+
+def _gnu_base(spdx: str) -> str:
+    return spdx.removesuffix("-only")
+
+
+def shipped_texts(folder: Path = ASSETS) -> list[tuple[str, str]]:
+    return [(spdx, entry["text"]) for spdx, entry in json.loads((folder / "texts.json").read_text())["licenses"].items()]
+
+
+class LicenseText(NamedTuple):
+    spdx: str
+    text: str
+    variant: bool  # a rule's text: a licence as found in the wild, perhaps cut short; never "incorporated" by another
+
+
+@cache
+def license_texts() -> tuple[LicenseText, ...]:
+    """The shipped SPDX texts, the LicenseDB's (both kept where an id has both: two copies of a licence that differ in
+    a line or two) and its full-text rules."""
+    folder = licensedb_folder()
+    texts = [LicenseText(spdx, text, False) for spdx, text in shipped_texts() + database_texts(folder)]
+    return tuple(texts + [LicenseText(_gnu_base(spdx), text, True) for spdx, text in rule_texts(folder)])
