@@ -29,12 +29,14 @@ from pydantic import Field, field_validator
 
 from filters.base import Annotation, Stage, StageParams
 from filters.code_filters import TEST_PATH
+from filters.license_database import permissive_ids
 from filters.license_match import (
     ABOUT_THE_TEXT, DUAL, MAX_REST_WORDS, LicenseMatcher, gnu_suffix, join, matcher, notice_text, says_or_later, spdx_ids, subsumes,
 )
 
 # licenses asking at most for attribution and the notice, no share-alike: the usual permissive software licenses
-# (those The Stack keeps, and more that the Blue Oak Council rates permissive), and CC-BY for documentation
+# (those The Stack keeps, and more that the Blue Oak Council rates permissive), and CC-BY for documentation; `allow:
+# permissive` adds every licence ScanCode's LicenseDB files as Permissive or Public Domain (permissive_ids)
 PERMISSIVE = (
     "MIT", "MIT-0", "Apache-2.0", "Apache-1.1", "BSD-2-Clause", "BSD-3-Clause", "BSD-3-Clause-Clear", "0BSD", "ISC",
     "Zlib", "BSL-1.0", "Unlicense", "CC0-1.0", "PSF-2.0", "Python-2.0", "HPND", "MIT-CMU", "X11", "NCSA", "PostgreSQL", "UPL-1.0",
@@ -61,7 +63,8 @@ _EXPRESSION_WORDS = re.compile(r"\s+(AND|OR|WITH)\s+|[()]")
 
 class LicenseParams(StageParams):
     allow: Literal["permissive", "any"] | list[str] = Field(
-        "permissive", description="'permissive' (PERMISSIVE in filters/license.py), 'any' known license, or SPDX ids"
+        "permissive", description="'permissive' (PERMISSIVE in filters/license.py and the licences ScanCode's LicenseDB files "
+        "as Permissive or Public Domain), 'any' known license, or SPDX ids"
     )
     keep_unknown: bool = Field(False, description="keep repositories with no license found")
     keep_conflicting: bool = Field(False, description="keep repositories whose README and license files disagree")
@@ -97,7 +100,7 @@ class LicenseFilter(Stage):
         allow = self.params.allow
         if allow == "any":
             return True
-        names = set(PERMISSIVE if allow == "permissive" else allow)
+        names = set(PERMISSIVE) | permissive_ids() if allow == "permissive" else set(allow)
         return expression_allowed(expression, names)
 
     def annotate(self, table: pa.Table) -> Annotation:

@@ -19,6 +19,7 @@ from typing import NamedTuple
 ASSETS = Path(__file__).parent / "assets" / "licenses"
 DATA_PACKAGE = "licensedcode-data"
 _SPDX_KEY = re.compile(r"^spdx_license_key:\s*(\S+)\s*$", re.MULTILINE)
+_CATEGORY = re.compile(r"^category:\s*(.+?)\s*$", re.MULTILINE)
 _KEY = re.compile(r"^key:\s*(\S+)\s*$", re.MULTILINE)
 _EXPRESSION = re.compile(r"^license_expression:\s*([^\s()]+)\s*$", re.MULTILINE)  # one licence, no AND/OR/WITH
 _LICENSE_TEXT = re.compile(r"^is_license_text:\s*yes\s*$", re.MULTILINE)
@@ -73,6 +74,19 @@ def rule_texts(folder: Path) -> list[tuple[str, str]]:
         if spdx and parts[2].strip():
             entries.append((spdx, parts[2]))
     return entries
+
+
+@cache
+def permissive_ids() -> frozenset[str]:
+    """The SPDX ids the LicenseDB files under the category Permissive or Public Domain (ScanCode's own grouping,
+    about 370 of its SPDX licences: IJG, FTL, HPND-Markus-Kuhn, BSD-3-Clause-HP, ...)."""
+    found = set()
+    for path in licensedb_folder().glob("*.LICENSE"):
+        head = path.read_text(encoding="utf-8", errors="replace").split("---\n", 2)[1]
+        spdx, category = _SPDX_KEY.search(head), _CATEGORY.search(head)
+        if spdx and category and category.group(1) in ("Permissive", "Public Domain") and not _LEFT_OUT.search(head):
+            found.add(spdx.group(1))
+    return frozenset(spdx for spdx in found if not spdx.startswith("LicenseRef-"))
 
 
 def _gnu_base(spdx: str) -> str:

@@ -143,6 +143,8 @@ def test_policy_permissive_any_and_an_explicit_list():
     listed = LicenseFilter(LicenseParams(allow=["GPL-3.0-or-later"])).process(table(files))
     assert licenses_of(listed) == {"gpl": "GPL-3.0-or-later"} and listed.dropped == {"license/not_allowed": 2}
     assert expression_allowed("GPL-3.0-only OR MIT", {"MIT"}) and not expression_allowed("GPL-3.0-only AND MIT", {"MIT"})
+    policy = LicenseFilter()  # permissive: the named list and what ScanCode's LicenseDB files as Permissive or Public Domain
+    assert policy.allowed("FTL AND IJG AND MIT") and policy.allowed("Artistic-2.0") and not policy.allowed("MPL-2.0 AND MIT")
     assert licenses_of(LicenseFilter(LicenseParams(allow=["mit"])).process(table(files))) == {"mit": "MIT"}  # ids as SPDX spells them
     with pytest.raises(ValueError, match="'MTI'"):
         LicenseParams(allow=["MIT", "MTI"])
