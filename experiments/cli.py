@@ -244,8 +244,31 @@ def _print_ablation(results: dict, console: Console) -> None:
         console.print("\n".join(data_scaling_lines(results["data_scaling"])), markup=False)
 
 
+def add_reference_arguments(reference) -> None:
+    reference.description = ("Writes docs/reference/stages.md (every stage's recipe parameters and columns) and "
+                             "docs/reference/cli.md (every command's --help) from the code.")  # fmt: skip
+    reference.add_argument("--out", type=Path, help="folder to write into (default: docs/reference of this checkout)")
+    reference.add_argument("--check", action="store_true", help="write nothing; exit 1 when a committed page differs")
+
+
+def cmd_reference(args) -> int:
+    from experiments import reference
+
+    folder = args.out or reference.FOLDER
+    if args.check:
+        differing = reference.stale(folder)
+        for name in differing:
+            print(f"{folder / name} differs from what the code writes: run `curate reference`")
+        return 1 if differing else 0
+    for path in reference.write(folder):
+        print(f"wrote {path}")
+    return 0
+
+
 CURATE_COMMANDS = {"ablate": (ABLATE_HELP, add_ablate_arguments, cmd_ablate),
-                   "decide": (DECIDE_HELP, add_decide_arguments, cmd_decide), "report": ("", add_report_arguments, cmd_report)}
+                   "decide": (DECIDE_HELP, add_decide_arguments, cmd_decide), "report": ("", add_report_arguments, cmd_report),
+                   "reference": ("write docs/reference/ (stages' parameters, every command's --help) from the code",
+                                 add_reference_arguments, cmd_reference)}
 
 
 def curate_main(argv: list[str] | None = None) -> int:

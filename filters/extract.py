@@ -147,7 +147,7 @@ class ExtractParams(StageParams):
     trafilatura_fast: bool = Field(
         False, description="trafilatura without its fallback extractors (jusText, readability): 0.59-0.64x its CPU "
         "time; on the real WARC slices it keeps 50 of today's 53 pages (the 3 lost fail fineweb-snapshot's page "
-        "filters anyway), see docs/benchmarks.md 'Trafilatura settings (issue 28)'",
+        "filters anyway), see docs/benchmarks.md",
     )  # fmt: skip
 
     @model_validator(mode="after")
