@@ -124,7 +124,7 @@ def main() -> None:
     mesh = init_device_mesh("cuda", (dist.get_world_size(),))
     device_name, peak = peak_flops(device)
     # each compiled run compiles its own blocks: inductor's and AOT autograd's caches do not key on the SDPA backend
-    # (not yet run on a GPU with them off: docs/benchmarks.md, "The GPU path on a lent H200")
+    # (not yet run on a GPU with them off: docs/benchmarks.md, "Trainer on the lent GPU")
     torch._inductor.config.fx_graph_cache = False
     torch._functorch.config.enable_autograd_cache = False
     rank0 = dist.get_rank() == 0

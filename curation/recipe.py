@@ -32,8 +32,7 @@ class SourceSpec(BaseModel):
     )
     batch_documents: int = Field(
         250, gt=0, description="warc and html: pages read and run through the first stages together, which bounds a "
-        "worker's memory by the batch instead of the file (a Common Crawl file holds ~45,000 pages); 250 holds a worker "
-        "~25 MiB below 1,000 at the same speed (docs/benchmarks.md)",
+        "worker's memory by the batch instead of the file (a Common Crawl file holds ~45,000 pages)",
     )  # fmt: skip
 
 

@@ -76,8 +76,8 @@ def test_a_changed_recipe_leaves_only_its_stages_and_tokenize_reads_its_final_on
     tokenized = curate("tokenize", str(output), "--vocab-size", "512")
     assert tokenized.returncode == 0, tokenized.stdout + tokenized.stderr
     assert ids(output / "tokens") == b_final
-    # the README's way to read the token parts (tokenizer.json and stats.json lie beside them)
-    [documented] = [line for line in (ROOT / "README.md").read_text().splitlines() if 'pd.read_parquet(sorted(glob.glob("RUN/tokens' in line]
+    # the training guide's way to read the token parts (tokenizer.json and stats.json lie beside them)
+    [documented] = [line for line in (ROOT / "docs" / "training.md").read_text().splitlines() if 'pd.read_parquet(sorted(glob.glob("RUN/tokens' in line]
     expression = re.search(r"`(pd\.read_parquet\(.*?\))`", documented).group(1).replace("RUN", str(output))
     assert sorted(eval(expression, {"pd": pd, "glob": glob}).id) == b_final
 

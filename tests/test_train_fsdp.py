@@ -400,7 +400,7 @@ def test_spike_policies_skip_the_update_or_rewind_past_a_planted_bad_document(wo
 
 
 def test_a_spike_that_recurs_at_the_same_step_after_a_rewind_is_skipped(workdir):
-    """As the README says: with `rewind`, a spike that comes back at the same step after the rewind (here a NaN from
+    """As docs/training.md says: with `rewind`, a spike that comes back at the same step after the rewind (here a NaN from
     an lr of 1e30, whatever the documents) is skipped instead of rewinding again, and the run goes on."""
     run("training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "4", "--lr", "1e30", "--checkpoint-every",
         "1", "--spike-policy", "rewind", "--out", "rewind-twice", cwd=workdir)  # fmt: skip

@@ -37,16 +37,17 @@ def test_tiny_is_about_5m_parameters_and_flops_are_6n_plus_attention():
     assert model(torch.randint(0, config.vocab_size, (2, 16))).shape == (2, 16, config.vocab_size)
 
 
-def test_readme_gives_the_tiny_models_size_at_the_vocabulary_curate_tokenize_trains():
-    """The README's figure is what `train` logs for its first command: tiny at `curate tokenize`'s default vocabulary."""
+def test_the_guide_gives_the_tiny_models_size_at_the_vocabulary_curate_tokenize_trains():
+    """docs/training.md's figure is what `train` logs for the README's first command: tiny at `curate tokenize`'s default
+    vocabulary."""
     import re
 
     from curation.cli import _parser as curate_parser
     from training.config import load_config
 
-    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    readme = " ".join((Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text().split())
     stated = re.search(r"the `tiny` model \(([\d.]+)M parameters at the ([\d,]+)-token vocabulary `curate tokenize` trains", readme)
-    assert stated, "the README's first paragraph no longer states the tiny model's size with its vocabulary"
+    assert stated, "docs/training.md no longer states the tiny model's size with its vocabulary"
     vocab = int(stated.group(2).replace(",", ""))
     assert vocab == curate_parser().parse_args(["tokenize", "runs/x"]).vocab_size
     with torch.device("meta"):
@@ -594,13 +595,13 @@ def test_spike_detector_takes_a_lasting_level_shift_as_the_new_level():
     assert [detect(6.0) for _ in range(3)] == ["spike", "spike", None] and detect.threshold() == math.inf
 
 
-def test_readme_says_which_spikes_in_a_row_are_acted_on():
-    """The README and the detector agree: the first patience - 1 spikes in a row are spikes (skipped or rewound by
+def test_the_guide_says_which_spikes_in_a_row_are_acted_on():
+    """docs/training.md and the detector agree: the first patience - 1 spikes in a row are spikes (skipped or rewound by
     those policies), the next one is the new level."""
     from training.metrics import SpikeDetector
 
     patience = inspect.signature(SpikeDetector).parameters["patience"].default
-    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    readme = " ".join((Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text().split())
     assert f"Each spike is acted on as it comes; when {patience} come in a row, the third is taken as a new loss level" in readme
     detect = SpikeDetector(sigma=4.0)
     for i in range(20):
