@@ -4,17 +4,15 @@ Words are lower-cased, without punctuation, comment markers, copyright lines or 
 id, and each 4-word shingle a 64-bit code. The index is one sorted array of the texts' codes beside the text each
 came from, so a file's shingles are looked up with one binary search.
 
-Building it reads about 4,000 files of the LicenseDB and takes a few seconds, so it is kept in the user's cache
-folder (`$XDG_CACHE_HOME` or `~/.cache`, `pretrain-stack/`) under a digest of the data package's version, the shipped
-texts and the code that builds it: a worker loads it in well under a second, and any change rebuilds it. Where the
-folder cannot be written, each process builds its own.
+Building it reads about 4,000 files of the LicenseDB and takes a few seconds, so it is kept in the per-machine cache
+(filters/packaged.py: `$CURATE_CACHE`, else `~/.cache/pretrain-stack`) under a digest of the data package's version,
+the shipped texts and the code that builds it: a worker loads it in well under a second, and any change rebuilds it.
+Where the cache cannot be written, each process builds its own.
 """
 
-import hashlib
 import importlib.metadata
-import os
 import re
-import tempfile
+import shutil
 import zipfile
 from collections import defaultdict
 from collections.abc import Sequence
@@ -26,6 +24,7 @@ import numpy as np
 
 from filters import license_database
 from filters.license_database import ASSETS, DATA_PACKAGE, LicenseText, license_texts
+from filters.packaged import cached, file_digest
 
 SHINGLE = 4
 MIN_TEXT_SHINGLES = 20  # a shorter licence text is a notice: read by the notice patterns, not matched as a full text
@@ -120,17 +119,13 @@ class LicenseIndex:
                    {entry: shingles[entry] for entry in incorporates})  # fmt: skip
 
     def save(self, path: Path) -> None:
-        """Atomically (a worker beside may be loading it)."""
         pairs = [(entry, other) for entry, others in self.incorporates.items() for other in sorted(others)]
         whole = sorted(self.whole)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz", delete=False) as handle:
-            written = Path(handle.name)
+        with open(path, "wb") as handle:
             np.savez(handle, words=np.array(sorted(self.vocabulary, key=self.vocabulary.get)), spdx=np.array(self.spdx),
                      keys=self.postings.keys, starts=self.postings.starts, entries=self.postings.entries, sizes=self.sizes, incorporates=np.array(pairs, dtype=np.int64).reshape(-1, 2),
                      whole_entries=np.array(whole, dtype=np.int64), whole_lengths=np.array([len(self.whole[e]) for e in whole], dtype=np.int64),
                      whole_codes=np.concatenate([self.whole[e] for e in whole]) if whole else np.zeros(0, np.uint64))  # fmt: skip
-        os.replace(written, path)
 
     @classmethod
     def load(cls, path: Path) -> "LicenseIndex":
@@ -180,25 +175,25 @@ def incorporated_texts(spdx: list[str], shingles: list[np.ndarray], canonical: l
     return incorporates
 
 
-def cache_path() -> Path:
-    digest = hashlib.sha256(importlib.metadata.version(DATA_PACKAGE).encode())
-    for source in (Path(__file__), Path(license_database.__file__), ASSETS / "texts.json"):
-        digest.update(source.read_bytes())
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "pretrain-stack" / f"license-index-{digest.hexdigest()[:16]}.npz"
+INDEX_FILE = "index.npz"
+
+
+def cache_key() -> str:
+    """What the index is built from: the data package's version, the shipped texts and the code that builds it."""
+    sources = (Path(__file__), Path(license_database.__file__), ASSETS / "texts.json")
+    return file_digest(*sources, extra=importlib.metadata.version(DATA_PACKAGE))
 
 
 @cache
 def default_index() -> LicenseIndex:
-    """The index of every licence text, from the cache when it is there and whole, else built (and cached)."""
-    path = cache_path()
+    """The index of every licence text, from the per-machine cache (built into it the first time); where the cache
+    cannot be written, or holds a damaged index (then removed), built in this process."""
     try:
-        return LicenseIndex.load(path)
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
-        pass
-    index = LicenseIndex.build(license_texts())
-    try:
-        index.save(path)
+        folder = cached("license_index", cache_key(), lambda staging: LicenseIndex.build(license_texts()).save(staging / INDEX_FILE))
+        try:
+            return LicenseIndex.load(folder / INDEX_FILE)
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+            shutil.rmtree(folder, ignore_errors=True)  # damaged: the next process builds it again
     except OSError:
-        pass  # a read-only home: every process builds its own
-    return index
+        pass
+    return LicenseIndex.build(license_texts())
