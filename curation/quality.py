@@ -89,7 +89,10 @@ def evaluate(scores, labels, threshold: float = 0.5) -> Scores:
     )
 
 
-def train(examples: list[tuple[str, int]], out: str, epoch: int = 50, lr: float = 0.5, dim: int = 64, word_ngrams: int = 2,
+DEFAULT_LR = 0.5
+
+
+def train(examples: list[tuple[str, int]], out: str, epoch: int = 50, lr: float = DEFAULT_LR, dim: int = 64, word_ngrams: int = 2,
           min_count: int = 1, bucket: int = 200_000, threads: int = 1, seed: int = 0, quantize: bool = False,
           cutoff: int = 0):  # fmt: skip
     """Train a supervised fastText model on (text, 1|0) and save it to `out`; `quantize` writes fastText's compressed
@@ -205,11 +208,12 @@ def fit_logistic(features: np.ndarray, labels, l2: float = 1.0, steps: int = 25)
     return Combiner(mean, std, w)
 
 
-def out_of_fold_scores(examples: list[tuple[str, int]], k: int, seed: int, folder: str, **train_args) -> list[float]:
+def out_of_fold_scores(examples: list[tuple[str, int]], k: int, seed: int, folder: str, say=print, lr: float = DEFAULT_LR,
+                       **train_args) -> list[float]:  # fmt: skip
     """Each example's fastText score from a model that did not train on it: what a model on top may learn from."""
     result = [0.0] * len(examples)
     for fold, (trained, held) in enumerate(folds(list(range(len(examples))), k, seed)):
-        model = train([examples[i] for i in trained], f"{folder}/oof{fold}.bin", seed=seed, **train_args)
+        model, _ = train_halving_lr_on_nan([examples[i] for i in trained], f"{folder}/oof{fold}.bin", lr, say=say, seed=seed, **train_args)
         for i, value in zip(held, score(model, [examples[i][0] for i in held])):
             result[i] = value
     return result
@@ -231,22 +235,27 @@ class NestedFold:
 
 
 def nested_cross_validate(examples: list[tuple[str, int]], grid: dict[str, list] = GRID, outer: int = 5, inner: int = 4,
-                          seed: int = 0, quantize_cutoff: int | None = None, **fixed) -> list[NestedFold]:  # fmt: skip
+                          seed: int = 0, quantize_cutoff: int | None = None, say=print, **fixed) -> list[NestedFold]:  # fmt: skip
     """Nested CV: per outer fold the settings are chosen by inner CV on its training part only, a model with them is
     trained on that whole part (quantized like the shipped model when `quantize_cutoff` is given) and scored on the
     held-out fold. The length baseline also takes its direction from the training part. Each outer AUC is thus an
-    honest estimate of the whole procedure, selection and compression included."""
+    honest estimate of the whole procedure, selection and compression included. Where the chosen settings diverge on
+    the whole part (fastText's NaN, which depends on the CPU's floating point), it trains again at half the rate as
+    `curate quality train` does, and the fold's settings say the rate used."""
     results = []
     final = {"quantize": True, "cutoff": quantize_cutoff} if quantize_cutoff is not None else {}
     with tempfile.TemporaryDirectory() as folder:
         for fold, (trained, held) in enumerate(folds(examples, outer, seed)):
             settings, inner_auc = select_settings(trained, grid, inner, seed, **fixed)
-            model = train(trained, f"{folder}/outer{fold}.bin", seed=seed, **fixed, **settings, **final)
+            options = {**fixed, **settings, **final}
+            model, used_lr = train_halving_lr_on_nan(trained, f"{folder}/outer{fold}.bin", options.pop("lr", DEFAULT_LR), say=say,
+                                                     seed=seed, **options)  # fmt: skip
+            settings = {**settings, "lr": used_lr}
             texts, labels = [t for t, _ in held], [label for _, label in held]
             sign = 1.0 if auc(length_scores([t for t, _ in trained], 1.0), [lab for _, lab in trained]) >= 0.5 else -1.0
             held_scores = score(model, texts)
             # the regression learns from scores of models that never saw the document, as the held-out fold is scored
-            oof = out_of_fold_scores(trained, inner, seed, folder, **fixed, **settings)
+            oof = out_of_fold_scores(trained, inner, seed, folder, say=say, **{**fixed, **settings})
             combined = fit_combiner(trained, oof).scores(signals(texts, held_scores))
             results.append(NestedFold(settings, inner_auc, auc(held_scores, labels), auc(length_scores(texts, sign), labels),
                                       auc(combined, labels)))  # fmt: skip

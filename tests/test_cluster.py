@@ -17,7 +17,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import finished_shards, wait_for_progress
+from tests.conftest import finished_shards
 
 pytestmark = pytest.mark.slow
 CURATE = [sys.executable, "-m", "curation"]
@@ -145,12 +145,13 @@ def test_a_node_lost_mid_run_loses_and_duplicates_no_shard(cluster, inputs, loca
     command = CURATE + ["run", "fineweb-snapshot", "--input", inputs, "--output", str(output), "--ray-address", address]
     running = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     manifest, total = output / "manifest.json", finished_shards((local_run / "manifest.json").read_text)
-    progress = wait_for_progress(running, manifest.read_text, timeout=120)
+    # the first stages' tasks (a file each) are the long ones: the dedup passes' tasks after them last milliseconds,
+    # and waiting for the manifest first let a quiet machine finish those before the poll saw one (seen twice)
     busy = wait_for_a_task(running, second)
     assert running.poll() is None, f"the run ended (exit {running.returncode}) before the node was lost"
     killed = kill_node(second)  # its raylet, object store and workers, mid-run
-    at_kill = finished_shards(manifest.read_text)
-    assert 1 <= progress <= at_kill < total, f"the node was lost at {at_kill} of {total} stage-shards: not mid-run"
+    at_kill = finished_shards(manifest.read_text) if manifest.exists() else 0
+    assert at_kill < total, f"the node was lost at {at_kill} of {total} stage-shards: not mid-run"
     log = running.communicate(timeout=600)[0]
     cut = [title for title in killed if title.startswith(TASKS)]
     print(f"killed the second node's {len(killed)} processes, cutting {cut}; the run exited {running.returncode}")
