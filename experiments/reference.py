@@ -181,7 +181,7 @@ def cli_page() -> str:
     sections = [(["curate"], curate.format_help)]
     sections += [(["curate", *path], parser.format_help) for path, parser in _subcommands(curate, [])]
     sections += [(["train", *path], lambda path=path: _printed(train_main, [*path, "--help"])) for path in ([], ["plan"], ["export"], ["ladder"])]
-    lines.append("Contents: " + ", ".join(f"[`{' '.join(path)}`](#{_anchor(' '.join(path))})" for path, _ in sections))
+    lines.append("Contents: " + ", ".join(f"[`{' '.join(path)}`](#{github_anchor(' '.join(path))})" for path, _ in sections))
     lines.append("")
     with _help_width():
         for path, helper in sections:
@@ -226,6 +226,6 @@ def _help_width():
             os.environ["COLUMNS"] = saved
 
 
-def _anchor(heading: str) -> str:
+def github_anchor(heading: str) -> str:
     """GitHub's: lower case, punctuation other than - and _ dropped, spaces to -."""
     return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")

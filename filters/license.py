@@ -21,6 +21,7 @@ repository is a row of `OUT/repositories.parquet` (name, files, bytes, license, 
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import PurePosixPath
 from typing import Literal
 
@@ -29,14 +30,13 @@ from pydantic import Field, field_validator
 
 from filters.base import Annotation, Stage, StageParams
 from filters.code_filters import TEST_PATH
-from filters.license_database import permissive_ids
 from filters.license_match import (
     ABOUT_THE_TEXT, DUAL, MAX_REST_WORDS, LicenseMatcher, gnu_suffix, join, matcher, notice_text, says_or_later, spdx_ids, subsumes,
 )
 
 # licenses asking at most for attribution and the notice, no share-alike: the usual permissive software licenses
 # (those The Stack keeps, and more that the Blue Oak Council rates permissive), and CC-BY for documentation; `allow:
-# permissive` adds every licence ScanCode's LicenseDB files as Permissive or Public Domain (permissive_ids)
+# permissive` adds every licence ScanCode's LicenseDB files as Permissive or Public Domain (the index's `permissive`)
 PERMISSIVE = (
     "MIT", "MIT-0", "Apache-2.0", "Apache-1.1", "BSD-2-Clause", "BSD-3-Clause", "BSD-3-Clause-Clear", "0BSD", "ISC",
     "Zlib", "BSL-1.0", "Unlicense", "CC0-1.0", "PSF-2.0", "Python-2.0", "HPND", "MIT-CMU", "X11", "NCSA", "PostgreSQL", "UPL-1.0",
@@ -97,11 +97,14 @@ class LicenseFilter(Stage):
         self.matcher = matcher()
 
     def allowed(self, expression: str) -> bool:
-        allow = self.params.allow
-        if allow == "any":
-            return True
-        names = set(PERMISSIVE) | permissive_ids() if allow == "permissive" else set(allow)
-        return expression_allowed(expression, names)
+        return self.params.allow == "any" or expression_allowed(expression, self._allowed_ids)
+
+    @cached_property
+    def _allowed_ids(self) -> frozenset[str]:
+        """Built once per stage, not per repository."""
+        if self.params.allow == "permissive":
+            return frozenset(PERMISSIVE) | matcher().index.permissive
+        return frozenset(self.params.allow)
 
     def annotate(self, table: pa.Table) -> Annotation:
         columns = {name: table[name].to_pylist() for name in ("repository", "text")}
@@ -261,7 +264,7 @@ def _ids(expression: str | None) -> set[str]:
     return {part for part in _EXPRESSION_WORDS.split(expression or "") if part and part not in ("AND", "OR", "WITH")}
 
 
-def expression_allowed(expression: str, allowed: set[str]) -> bool:
+def expression_allowed(expression: str, allowed: set[str] | frozenset[str]) -> bool:
     """OR: one allowed license suffices; AND (or a mix, read conservatively): every license must be allowed."""
     ids = _ids(expression)
     if " OR " in expression and " AND " not in expression:

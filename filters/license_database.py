@@ -39,17 +39,31 @@ def licensedb_folder() -> Path:
     return folder
 
 
+class LicenceEntry(NamedTuple):
+    """One `<key>.LICENSE` file of the LicenseDB: its YAML head's fields the detector uses, and its text."""
+
+    key: str | None
+    spdx: str | None  # None unless a real SPDX id of a licence kept (no LicenseRef-, exception, deprecated, generic)
+    category: str | None  # ScanCode's grouping: Permissive, Public Domain, Copyleft, ...
+    text: str
+
+
+@cache
+def licence_entries(folder: Path) -> tuple[LicenceEntry, ...]:
+    """Every licence file of the LicenseDB, read once."""
+    entries = []
+    for path in sorted(folder.glob("*.LICENSE")):
+        _, head, text = (path.read_text(encoding="utf-8", errors="replace").split("---\n", 2) + ["", ""])[:3]
+        key, spdx, category = (match.group(1) if (match := pattern.search(head)) else None for pattern in (_KEY, _SPDX_KEY, _CATEGORY))
+        kept = spdx is not None and not spdx.startswith("LicenseRef-") and not _LEFT_OUT.search(head)
+        entries.append(LicenceEntry(key, spdx if kept else None, category, text))
+    return tuple(entries)
+
+
 def database_texts(folder: Path) -> list[tuple[str, str]]:
     """(SPDX id, text) of every LicenseDB licence with a real SPDX id (no LicenseRef-, exception or deprecated one);
     a GNU licence's -only text under its bare version, its -or-later text (a notice, then the same text) left out."""
-    entries = []
-    for path in sorted(folder.glob("*.LICENSE")):
-        parts = path.read_text(encoding="utf-8", errors="replace").split("---\n", 2)
-        if len(parts) < 3 or _LEFT_OUT.search(parts[1]):
-            continue
-        key = _SPDX_KEY.search(parts[1])
-        if key and not key.group(1).startswith("LicenseRef-") and parts[2].strip():
-            entries.append((key.group(1), parts[2]))
+    entries = [(entry.spdx, entry.text) for entry in licence_entries(folder) if entry.spdx and entry.text.strip()]
     ids = {spdx for spdx, _ in entries}
     return [(_gnu_base(spdx), text) for spdx, text in entries
             if not (spdx.endswith("-or-later") and spdx.removesuffix("-or-later") + "-only" in ids)]  # fmt: skip
@@ -58,12 +72,7 @@ def database_texts(folder: Path) -> list[tuple[str, str]]:
 def rule_texts(folder: Path) -> list[tuple[str, str]]:
     """(SPDX id, text) of the LicenseDB's rules that are a licence's full text as found in the wild (a variant: the
     Apache-2.0 without its appendix, a BSD-3-Clause that says "the author"), for one licence with a real SPDX id."""
-    spdx_of = {}
-    for path in folder.glob("*.LICENSE"):
-        head = path.read_text(encoding="utf-8", errors="replace").split("---\n", 2)[1]
-        key, spdx = _KEY.search(head), _SPDX_KEY.search(head)
-        if key and spdx and not _LEFT_OUT.search(head) and not spdx.group(1).startswith("LicenseRef-"):
-            spdx_of[key.group(1)] = spdx.group(1)
+    spdx_of = {entry.key: entry.spdx for entry in licence_entries(folder) if entry.spdx}
     entries = []
     for path in sorted((folder.parent / "rules").glob("*.RULE")):
         parts = path.read_text(encoding="utf-8", errors="replace").split("---\n", 2)
@@ -76,17 +85,10 @@ def rule_texts(folder: Path) -> list[tuple[str, str]]:
     return entries
 
 
-@cache
-def permissive_ids() -> frozenset[str]:
+def permissive_ids(folder: Path) -> frozenset[str]:
     """The SPDX ids the LicenseDB files under the category Permissive or Public Domain (ScanCode's own grouping,
     about 370 of its SPDX licences: IJG, FTL, HPND-Markus-Kuhn, BSD-3-Clause-HP, ...)."""
-    found = set()
-    for path in licensedb_folder().glob("*.LICENSE"):
-        head = path.read_text(encoding="utf-8", errors="replace").split("---\n", 2)[1]
-        spdx, category = _SPDX_KEY.search(head), _CATEGORY.search(head)
-        if spdx and category and category.group(1) in ("Permissive", "Public Domain") and not _LEFT_OUT.search(head):
-            found.add(spdx.group(1))
-    return frozenset(spdx for spdx in found if not spdx.startswith("LicenseRef-"))
+    return frozenset(entry.spdx for entry in licence_entries(folder) if entry.spdx and entry.category in ("Permissive", "Public Domain"))
 
 
 def _gnu_base(spdx: str) -> str:

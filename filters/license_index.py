@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from filters import license_database
-from filters.license_database import ASSETS, DATA_PACKAGE, LicenseText, license_texts
+from filters.license_database import ASSETS, DATA_PACKAGE, LicenseText, license_texts, licensedb_folder, permissive_ids
 from filters.packaged import cached, file_digest
 
 SHINGLE = 4
@@ -89,13 +89,14 @@ class LicenseIndex:
     sizes: np.ndarray  # own shingles per text
     incorporates: dict[int, set[int]]  # text -> the other licences' texts it carries whole
     whole: dict[int, np.ndarray]  # for those: all their shingles, the incorporated text's too
+    permissive: frozenset[str]  # SPDX ids the LicenseDB files as Permissive or Public Domain: read here, not per worker
 
     def codes(self, words: list[str]) -> np.ndarray:
         """Each shingle's code; 0 where a word is one no licence text has (it can match nothing)."""
         return _codes(np.array([self.vocabulary.get(word, 0) for word in words], dtype=np.uint64))
 
     @classmethod
-    def build(cls, texts: Sequence[LicenseText]) -> "LicenseIndex":
+    def build(cls, texts: Sequence[LicenseText], permissive: frozenset[str] = frozenset()) -> "LicenseIndex":
         """Texts shorter than MIN_TEXT_SHINGLES and rule variants near-identical to a text kept for the same licence
         are left out; a text carrying another licence's whole text is indexed by its own shingles."""
         vocabulary: dict[str, int] = {}
@@ -116,7 +117,7 @@ class LicenseIndex:
         own = [np.setdiff1d(codes, np.concatenate([shingles[o] for o in incorporates[entry]]), assume_unique=True)
                if entry in incorporates else codes for entry, codes in enumerate(shingles)]  # fmt: skip
         return cls(vocabulary, spdx, Postings.of(own), np.array([max(1, len(codes)) for codes in own]), incorporates,
-                   {entry: shingles[entry] for entry in incorporates})  # fmt: skip
+                   {entry: shingles[entry] for entry in incorporates}, permissive)  # fmt: skip
 
     def save(self, path: Path) -> None:
         pairs = [(entry, other) for entry, others in self.incorporates.items() for other in sorted(others)]
@@ -125,7 +126,8 @@ class LicenseIndex:
             np.savez(handle, words=np.array(sorted(self.vocabulary, key=self.vocabulary.get)), spdx=np.array(self.spdx),
                      keys=self.postings.keys, starts=self.postings.starts, entries=self.postings.entries, sizes=self.sizes, incorporates=np.array(pairs, dtype=np.int64).reshape(-1, 2),
                      whole_entries=np.array(whole, dtype=np.int64), whole_lengths=np.array([len(self.whole[e]) for e in whole], dtype=np.int64),
-                     whole_codes=np.concatenate([self.whole[e] for e in whole]) if whole else np.zeros(0, np.uint64))  # fmt: skip
+                     whole_codes=np.concatenate([self.whole[e] for e in whole]) if whole else np.zeros(0, np.uint64),
+                     permissive=np.array(sorted(self.permissive), dtype=str))  # fmt: skip
 
     @classmethod
     def load(cls, path: Path) -> "LicenseIndex":
@@ -135,7 +137,8 @@ class LicenseIndex:
                 incorporates[entry].add(other)
             whole = dict(zip(data["whole_entries"].tolist(), np.split(data["whole_codes"], np.cumsum(data["whole_lengths"])[:-1])))
             return cls({word: i + 1 for i, word in enumerate(data["words"].tolist())}, data["spdx"].tolist(),
-                       Postings(data["keys"], data["starts"], data["entries"]), data["sizes"], dict(incorporates), whole if len(data["whole_entries"]) else {})  # fmt: skip
+                       Postings(data["keys"], data["starts"], data["entries"]), data["sizes"], dict(incorporates),
+                       whole if len(data["whole_entries"]) else {}, frozenset(data["permissive"].tolist()))  # fmt: skip
 
 
 def _codes(ids: np.ndarray) -> np.ndarray:
@@ -189,11 +192,15 @@ def default_index() -> LicenseIndex:
     """The index of every licence text, from the per-machine cache (built into it the first time); where the cache
     cannot be written, or holds a damaged index (then removed), built in this process."""
     try:
-        folder = cached("license_index", cache_key(), lambda staging: LicenseIndex.build(license_texts()).save(staging / INDEX_FILE))
+        folder = cached("license_index", cache_key(), lambda staging: _build().save(staging / INDEX_FILE))
         try:
             return LicenseIndex.load(folder / INDEX_FILE)
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
             shutil.rmtree(folder, ignore_errors=True)  # damaged: the next process builds it again
     except OSError:
         pass
-    return LicenseIndex.build(license_texts())
+    return _build()
+
+
+def _build() -> LicenseIndex:
+    return LicenseIndex.build(license_texts(), permissive_ids(licensedb_folder()))

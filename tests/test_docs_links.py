@@ -2,9 +2,12 @@
 (as GitHub makes anchors). Links in code blocks and inline code are not links."""
 
 import re
+from functools import cache
 from pathlib import Path
 
 import pytest
+
+from experiments.reference import github_anchor
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "benchmarks" / "README.md"]
@@ -14,13 +17,14 @@ _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 _HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 
+@cache
 def anchors(page: Path) -> set[str]:
     """GitHub's heading anchors: lower case, characters other than letters, digits, spaces, - and _ dropped, spaces
     to -, a repeated anchor numbered -1, -2, ..."""
     seen: dict[str, int] = {}
     found = set()
     for heading in _HEADING.findall(_FENCE.sub("", page.read_text())):
-        slug = re.sub(r"[^\w\- ]", "", heading.lower().replace("`", "")).replace(" ", "-")
+        slug = github_anchor(heading)
         found.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
         seen[slug] = seen.get(slug, 0) + 1
     return found
@@ -54,8 +58,7 @@ def section(page: Path, anchor: str) -> str:
     """The text under the heading whose anchor is `anchor`, up to the next heading of the same or a higher level."""
     text = page.read_text()
     for match in re.finditer(r"^(#{1,6})\s+(.+?)\s*$", text, re.MULTILINE):
-        slug = re.sub(r"[^\w\- ]", "", match.group(2).lower().replace("`", "")).replace(" ", "-")
-        if slug == anchor:
+        if github_anchor(match.group(2)) == anchor:
             level = len(match.group(1))
             end = re.search(rf"^#{{1,{level}}}\s", text[match.end() :], re.MULTILINE)
             return text[match.end() : match.end() + end.start() if end else len(text)]

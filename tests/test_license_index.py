@@ -91,6 +91,7 @@ def test_the_index_is_cached_and_a_damaged_cache_is_rebuilt(tmp_path, monkeypatc
     assert path.exists()
     loaded = build()
     assert loaded.spdx == first.spdx and loaded.vocabulary == first.vocabulary
+    assert loaded.permissive == first.permissive and {"MIT", "IJG"} <= loaded.permissive
     assert np.array_equal(loaded.postings.keys, first.postings.keys) and np.array_equal(loaded.sizes, first.sizes)
     assert [m.spdx for m in LicenseMatcher(loaded).full_texts(prose(41))[0]] == ["BBB"]
     path.write_bytes(b"not an npz")
