@@ -204,8 +204,9 @@ def _parser(more: dict | None = None) -> argparse.ArgumentParser:
         "benchmarks/extraction_quality.py scores it on the held-out 40%.",
     )  # fmt: skip
     blocks.add_argument("--sets", help="the folder holding both development sets (default: ../shared/corpus/html)")
-    blocks.add_argument("--out", help="the model file to write (default: the one the package ships, "
-                        "filters/assets/extract_blocks/model.json)")  # fmt: skip
+    blocks.add_argument("--out", default="runs/extract-blocks/model.json",
+                        help="the model file to write (default: %(default)s; the package's own, "
+                        "filters/assets/extract_blocks/model.json, is replaced only when named)")  # fmt: skip
     blocks.add_argument("--seed", type=int, default=0)
 
     report = commands.add_parser("report", help="render a run's figures (funnel, reasons, languages, ...) to static HTML")
@@ -402,6 +403,11 @@ def cmd_run(args) -> int:
         inputs, snapshot = resolve_inputs(args, console, recipe.source.kind)
         if not inputs:
             raise SystemExit(f"curate: no input files for {recipe.name}")
+        try:
+            check_input_columns(recipe, inputs)
+        except RecipeError as error:
+            print(f"curate: {error}", file=sys.stderr)
+            return 2
         output = args.output or f"runs/{recipe.name}"
         if os.path.isfile(output):
             raise SystemExit(f"curate: --output {output!r} is a file; give a folder for the run")
@@ -427,6 +433,23 @@ def cmd_run(args) -> int:
         ray_session.disconnect(started, owner=plans[0][3])
 
 
+def check_input_columns(recipe, inputs: list[str]) -> None:
+    """A Parquet source carries its own columns (FineWeb's `score`): a stage that would replace one is refused before
+    Ray starts, as the recipe's own clashes are at load. The first input's schema stands for them all."""
+    from curation.recipe import check_columns, source_columns
+
+    if recipe.source.kind == "parquet" and inputs[0].endswith(".parquet"):
+        import fsspec
+        import pyarrow.parquet as pq
+
+        try:
+            with fsspec.open(inputs[0], "rb") as handle:
+                names = set(pq.read_schema(handle).names)
+        except (OSError, ValueError):  # the read stage reports an unreadable input by name
+            return
+        check_columns(recipe, source_columns("parquet") | names, f"{recipe.name} on {inputs[0]}")
+
+
 def run_recipe(args, console: Console, recipe, inputs: list[str], snapshot: str, output: str) -> int:
     from curation import runner, stats
 
@@ -442,6 +465,15 @@ def run_recipe(args, console: Console, recipe, inputs: list[str], snapshot: str,
         )  # fmt: skip
     if result.removed_stages:
         console.print(f"removed stage folders the current recipe does not have: {', '.join(result.removed_stages)}", soft_wrap=True)
+    for stage_dir, files in result.changed_files.items():
+        console.print(f"rerun: {stage_dir} and the stages after it: {', '.join(files)} changed since it ran", soft_wrap=True)
+    if result.changed_inputs:
+        console.print(f"rerun: {len(result.changed_inputs)} input(s) changed since they were read "
+                      f"({', '.join(result.changed_inputs[:3])}{', ...' if len(result.changed_inputs) > 3 else ''})",
+                      soft_wrap=True)  # fmt: skip
+    if result.rerun_for_removed:
+        console.print(f"rerun: {', '.join(result.rerun_for_removed)}: done without --keep-removed, redone to write "
+                      "their removed documents", soft_wrap=True)  # fmt: skip
     if result.skipped_shards:
         console.print(f"resumed: {result.skipped_shards} stage-shard(s) were already done and skipped")
     if result.released_stages:
@@ -457,10 +489,21 @@ def run_recipe(args, console: Console, recipe, inputs: list[str], snapshot: str,
     for failure in result.failures:
         console.print(f"[red]failed[/] {failure.stage} shard {failure.shard} ({failure.input}): {failure.error}", soft_wrap=True)
     if result.failures:
-        console.print(f"[red]{len(result.failures)} shard(s) failed; rerun the same command to retry them[/]")
+        print_failure_hint(console, len(result.failures), sum(f.rerun_fixes for f in result.failures), "shard")
         return 1
     console.print(f"done: {output}")
     return 0
+
+
+def print_failure_hint(console: Console, failed: int, rerun_fixes: int, unit: str) -> None:
+    """What to do about the failures: a rerun retries those of the machine; those of the input or the recipe (a
+    missing column, a file that is no WARC) fail again until that changes, so rerunning alone is no advice for them."""
+    if rerun_fixes:
+        console.print(f"[red]{rerun_fixes} {unit}(s) failed on the machine (a lost worker, a full disk, an interruption): "
+                      "rerun the same command to retry them[/]", soft_wrap=True)  # fmt: skip
+    if failed > rerun_fixes:
+        console.print(f"[red]{failed - rerun_fixes} {unit}(s) failed on their input or the recipe: fix what the lines "
+                      "above name (or leave that input out), then rerun; finished work is kept[/]", soft_wrap=True)  # fmt: skip
 
 
 def cmd_stats(args) -> int:
@@ -522,7 +565,7 @@ def cmd_tokenize(args) -> int:
     for failure in result.failures:
         console.print(f"[red]failed[/] {failure}", soft_wrap=True)
     if result.failures:
-        console.print(f"[red]{len(result.failures)} part(s) failed; rerun the same command to retry them[/]")
+        print_failure_hint(console, len(result.failures), result.rerun_fixes, "part")
         return 1
     return 0
 
@@ -565,8 +608,8 @@ def cmd_quality(args) -> int:
             print(f"{args.model} on {args.labelled}: {quality.evaluate(scores, labels, args.threshold).line()}")
             rankings["length only (more words ranks higher)"] = quality.length_scores(texts, 1.0)
             for name, ranking in rankings.items():
-                low, high = quality.auc_interval(ranking, labels, seed=args.seed)
-                print(f"  AUC {name}: {quality.auc(ranking, labels):.3f}  (95% bootstrap interval {low:.3f}-{high:.3f}, "
+                interval = quality.interval_text(quality.auc_interval(ranking, labels, seed=args.seed))
+                print(f"  AUC {name}: {quality.auc(ranking, labels):.3f}  (95% bootstrap interval {interval}, "
                       f"{len(labels)} documents)")  # fmt: skip
             return 0
         if args.quality_command == "cv":
@@ -638,12 +681,14 @@ def _train_model(args) -> int:
     except ValueError as error:
         print(f"curate: {error}", file=sys.stderr)
         return 2
-    print(f"classifier -> {args.out} (model_score: model_path: {args.out})")
     labels = np.array([label for _, label in held])
     texts = [t for t, _ in held]
     params = {"model_path": args.out, "max_tokens": args.max_tokens}
-    if args.task == "classes":
+    stage_hint = f"model_path: {args.out}"
+    if args.task == "classes":  # the top class's probability; quoted: a bare 1 is refused where "1" is not index 1
         params["positive_class"] = str(max(label for _, label in fit))
+        stage_hint += f", positive_class: '{params['positive_class']}'"
+    print(f"classifier -> {args.out} (model_score: {{{stage_hint}}})")
     head_scores = ModelScorer(ModelScorer.Params(**params)).process(
         pa.table({"id": [str(i) for i in range(len(texts))], "text": texts})).kept["model_score"].to_numpy()  # fmt: skip
     with tempfile.TemporaryDirectory() as folder:
@@ -654,11 +699,11 @@ def _train_model(args) -> int:
     print(f"held out ({len(held)} documents, {int(positive.sum())} with label >= {args.positive_from}):")
     for name, scores in (("head on the encoder", head_scores), ("fastText, same split", fasttext_scores)):
         rho = spearmanr(scores, labels).statistic
-        rho_low, rho_high = _bootstrap(lambda i: spearmanr(scores[i], labels[i]).statistic, len(labels), args.seed)
-        line = f"  {name:22s} Spearman {rho:.3f} ({rho_low:.3f}-{rho_high:.3f})"
+        rho_interval = _bootstrap(lambda i: spearmanr(scores[i], labels[i]).statistic, len(labels), args.seed)
+        line = f"  {name:22s} Spearman {rho:.3f} {quality.interval_text(rho_interval)}"
         if 0 < positive.sum() < len(positive):
-            low, high = quality.auc_interval(scores, positive, seed=args.seed)
-            line += f"   AUC of label >= {args.positive_from}: {quality.auc(scores, positive):.3f} ({low:.3f}-{high:.3f})"
+            interval = quality.interval_text(quality.auc_interval(scores, positive, seed=args.seed))
+            line += f"   AUC of label >= {args.positive_from}: {quality.auc(scores, positive):.3f} {interval}"
         print(line)
     return 0
 
@@ -704,7 +749,6 @@ def cmd_extract(args) -> int:
     from curation.io import write_json_atomic
     from filters.extract_blocks import MODEL_FILE
 
-    out = args.out or str(MODEL_FILE)
     try:
         pages = [page for name in SET_NAMES for page in load_set(name, Path(args.sets or HTML_SETS)) if page.split == "train"]
     except FileNotFoundError as error:
@@ -712,11 +756,14 @@ def cmd_extract(args) -> int:
         return 2
     started = time.perf_counter()
     model, figures = train_block_model(pages, seed=args.seed)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(LocalFileSystem(), out, model.to_json())
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(LocalFileSystem(), args.out, model.to_json())
     print(f"trained on {figures['pages']} pages ({figures['blocks']:,} blocks, {figures['content_share']:.0%} main "
           f"content) in {time.perf_counter() - started:.0f} s: threshold {figures['threshold']}, training-split F1 "
-          f"{figures['train_f1']:.3f}; wrote {out}")  # fmt: skip
+          f"{figures['train_f1']:.3f}; wrote {args.out}")  # fmt: skip
+    if Path(args.out).resolve() != MODEL_FILE.resolve():
+        print(f"the resiliparse_blocks backend reads the packaged model: `cp {args.out} {os.path.relpath(MODEL_FILE)}` "
+              "to use it, then `python benchmarks/extraction_quality.py` scores it on the held-out pages")  # fmt: skip
     return 0
 
 

@@ -310,7 +310,11 @@ STEPS = {
 
 
 class PassFailed(RuntimeError):
-    pass
+    """The pass stopped; `rerun_fixes` when the machine failed under a task (a lost worker, a full disk), not the data."""
+
+    def __init__(self, message: str, rerun_fixes: bool = False):
+        super().__init__(message)
+        self.rerun_fixes = rerun_fixes
 
 
 # fan_out(name, step, ids, *args): run STEPS[step](ctx, *args, id) for every id not done yet under `name`, return

@@ -30,11 +30,11 @@ def _write_then_rename(fs, path: str, mode: str, write) -> None:
     try:
         with fs.open(tmp, mode) as handle:
             write(handle)
+        _rename(fs, tmp, path)  # on an object store a copy, which a full bucket fails too
     except BaseException:
         if fs.exists(tmp):
             fs.rm(tmp)
         raise
-    _rename(fs, tmp, path)
 
 
 def write_parquet_atomic(fs, path: str, table: pa.Table, **options) -> None:
@@ -84,9 +84,9 @@ class ParquetPartWriter:
             try:
                 if closing is not None:
                     closing.close()
-            except OSError:
+            except Exception:  # whatever closing raises (a full disk fails its flush again), the temporary goes
                 pass
-        if self.writer is not None and self.fs.exists(self.tmp):
+        if self.handle is not None and self.fs.exists(self.tmp):  # opened even where ParquetWriter then refused the schema
             self.fs.rm(self.tmp)
 
 

@@ -64,6 +64,12 @@ def auc_interval(scores, labels, resamples: int = 1000, level: float = 0.95, see
     return float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))
 
 
+def interval_text(interval: tuple[float, float]) -> str:
+    """`[low, high]`: `low-high` reads as a subtraction once low is negative (`-0.045-0.509`)."""
+    low, high = interval
+    return f"[{low:.3f}, {high:.3f}]"
+
+
 @dataclass
 class Scores:
     accuracy: float

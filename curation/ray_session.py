@@ -20,10 +20,14 @@ import importlib.util
 import json
 import logging
 import os
+import signal
+import socket
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psutil
 
@@ -35,6 +39,9 @@ RAYLET_START_WAIT_S = 30  # as Ray waits for its raylet to register
 # driver's ray.shutdown() waited ~0.25 s on their last flush in 13 of 18 stops here (~0.01 s in 15 of 16 without)
 LOCAL_SYSTEM_CONFIG = {"task_events_report_interval_ms": 0}
 STAND_IN_CHECKED_ON = ("2.60",)  # Ray versions (major.minor) the agent stand-in was checked on: its start, tasks, refusal
+PROBE_TIMEOUT_S = 5  # a cluster's GCS accepts a TCP connection at once; Ray itself waits minutes for one that never will
+RAY_CLIENT_PORT = 10001  # of a ray:// address without one
+CTRL_C_HELD_S = 10  # a Ctrl-C during Ray's start-up waits for it this long at most; a quick second press waits too
 
 
 def check_address(address: str) -> None:
@@ -46,7 +53,16 @@ def check_address(address: str) -> None:
 
 def connect(address: str | None, num_cpus: int | None, owner: str) -> bool:
     """Join `address`, or start a local Ray for the run in `owner` (its folder); True when this call started one
-    (the caller then stops it)."""
+    (the caller then stops it). A Ctrl-C meanwhile stops it once it has started (see `_ctrl_c_held`)."""
+    with _ctrl_c_held() as held:
+        started = _connect(address, num_cpus, owner)
+    if held:
+        disconnect(started, owner)
+        raise KeyboardInterrupt
+    return started
+
+
+def _connect(address: str | None, num_cpus: int | None, owner: str) -> bool:
     import ray
 
     if ray.is_initialized():
@@ -57,6 +73,7 @@ def connect(address: str | None, num_cpus: int | None, owner: str) -> bool:
         import shard_contract
 
         check_address(address)
+        _check_reachable(address)
 
         try:
             modules = [curation, filters, shard_contract]  # what a task imports: shipped to nodes without the project
@@ -95,6 +112,56 @@ def connect(address: str | None, num_cpus: int | None, owner: str) -> bool:
         raise
     _record_processes(owner)
     return True
+
+
+def _check_reachable(address: str) -> None:
+    """A TCP connection to the address Ray would dial (its `auto` and localhost resolved as Ray resolves them): a closed
+    port, a host that is down or a name that does not resolve is one line within seconds, where ray.init retried for
+    minutes printing `Failed to get cluster ID from GCS server`. A port that answers but is not Ray's is left to Ray."""
+    if address.startswith("ray://"):
+        parsed = urlsplit(address)
+        target = (parsed.hostname, parsed.port or RAY_CLIENT_PORT)
+    else:
+        try:
+            from ray._private.services import canonicalize_bootstrap_address
+
+            host, port = canonicalize_bootstrap_address(address).rsplit(":", 1)
+        except (ImportError, AttributeError, ValueError, ConnectionError):  # no running cluster for `auto`, a malformed
+            return  # address, another Ray's internals: ray.init says what it makes of it
+        target = (host.strip("[]"), int(port))
+    try:
+        socket.create_connection(target, timeout=PROBE_TIMEOUT_S).close()
+    except OSError as error:
+        reason = error.strerror or str(error) or type(error).__name__
+        raise SystemExit(f"curate: no Ray cluster answers at --ray-address {address} ({target[0]}:{target[1]}: {reason}): "
+                         "start it (`ray start --head`) or give its head's HOST:6379 or ray://HOST:10001") from None  # fmt: skip
+
+
+@contextmanager
+def _ctrl_c_held():
+    """Ctrl-C while Ray is imported and started is recorded in the list this yields instead of raised. Raised inside
+    ray.init (Ray's C++ core worker calls back into Python while it is built), it left that worker half built and the
+    interpreter crashed at exit (SIGSEGV, exit 139: 5 of 5 tries here), or a callback swallowed it and the run went on;
+    raised inside `import ray`, Ray's exit handler printed a traceback of its half-imported modules. Start-up takes
+    0.8-2 s (3-4 s on a loaded machine); a Ctrl-C pressed again once the first has waited CTRL_C_HELD_S interrupts at
+    once (a cluster that never answers). Only where Python's own handler is in place: an ignored SIGINT (a script's
+    background job) stays ignored."""
+    held = []
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield held
+        return
+
+    def hold(number, frame):
+        if not held:
+            held.append(time.monotonic())
+        elif time.monotonic() - held[0] > CTRL_C_HELD_S:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield held
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def disconnect(started: bool, owner: str) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from curation.file_digests import loaded_digests
 from filters import STAGES
 from filters.base import Stage
 
@@ -40,6 +41,12 @@ class StageSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     stage: str
     params: dict = Field(default_factory=dict)
+    overwrite: bool = Field(False, description="let the stage replace a column the source or an earlier stage writes "
+                            "(refused otherwise, so no score is silently lost)")  # fmt: skip
+
+    def identity(self) -> dict:
+        """What the stage's config hash covers: `overwrite` only when set, so runs made before it keep their hashes."""
+        return self.model_dump(exclude=set() if self.overwrite else {"overwrite"})
 
     @field_validator("stage")
     @classmethod
@@ -50,23 +57,34 @@ class StageSpec(BaseModel):
 
 
 class Recipe(BaseModel):
+    """A recipe file's top-level fields."""
+
     model_config = ConfigDict(extra="forbid")
-    name: str
-    description: str = ""
-    source: SourceSpec = Field(default_factory=SourceSpec)
-    stages: list[StageSpec] = Field(min_length=1)
+    name: str = Field(description="names its runs: `curate run` writes to runs/NAME unless --output says otherwise, "
+                      "and its console lines and stats.json say which recipe made a run")  # fmt: skip
+    description: str = Field("", description="for readers; not used")
+    source: SourceSpec = Field(default_factory=SourceSpec, description="what the read stage reads and how")
+    stages: list[StageSpec] = Field(min_length=1, description="the stages in order, each `{stage: NAME, params: {...}}` "
+                                    "(`overwrite: true` lets one replace a column an earlier one writes)")  # fmt: skip
 
     def build(self, index: int) -> Stage:
         spec = self.stages[index]
         cls = STAGES[spec.stage]
-        return cls(cls.Params.model_validate(spec.params))
+        stage = cls(cls.Params.model_validate(spec.params))
+        stage.overwrite = spec.overwrite
+        return stage
 
-    def stage_hashes(self, inputs: list[str], snapshot: str) -> list[str]:
-        """Per stage folder, a config hash chained through every earlier stage: a change reruns that stage and all
-        after it."""
+    def stage_loads(self) -> list[dict[str, str | None]]:
+        """Per stage folder, the content digest of every file the stage loads (none for the read)."""
+        return [{}] + [loaded_digests(self.build(index).loaded_files()) for index in range(len(self.stages))]
+
+    def stage_hashes(self, inputs: list[str], snapshot: str, loads: list[dict] | None = None) -> list[str]:
+        """Per stage folder, a config hash chained through every earlier stage, with the digests of the files it loads
+        (`loads`, from stage_loads): a change reruns that stage and all after it."""
+        loads = self.stage_loads() if loads is None else loads
         hashes = [config_hash("read", self.source.model_dump(), inputs, snapshot)]
-        for spec in self.stages:
-            hashes.append(config_hash(hashes[-1], spec.model_dump()))
+        for spec, files in zip(self.stages, loads[1:]):
+            hashes.append(config_hash(hashes[-1], spec.identity(), *([files] if files else [])))
         return hashes
 
     def stage_dirs(self) -> list[str]:
@@ -95,15 +113,33 @@ def parse_recipe(data: object, origin: str) -> Recipe:
             STAGES[spec.stage].Params.model_validate(spec.params)
         except ValidationError as error:
             raise RecipeError(f"{origin}: invalid recipe: {_describe(error, f'stages[{index}].params')}") from None
-    written: dict[str, str] = {}
+    check_columns(recipe, source_columns(recipe.source.kind), origin)
+    return recipe
+
+
+def source_columns(kind: str) -> set[str]:
+    """The columns a source of this kind writes whatever its files hold (a Parquet input may hold more: run time)."""
+    from curation.schema import DOCUMENT_FIELDS
+
+    columns = {field.name for field in DOCUMENT_FIELDS}
+    if kind == "code":
+        from curation.sources.code_repositories import CODE_SCHEMA
+
+        columns |= set(CODE_SCHEMA.names)
+    return columns
+
+
+def check_columns(recipe: Recipe, source: set[str], origin: str) -> None:
+    """Refuse a stage that would replace a column the source or an earlier stage writes (two `model_score` stages on
+    one column, a `column: score` over FineWeb's own score) unless it says `overwrite: true`."""
+    written = {column: "the source" for column in source}
     for index, spec in enumerate(recipe.stages):
         stage_class = STAGES[spec.stage]
-        for column in set(recipe.build(index).adds) - {"text"} - set(stage_class.rewrites):  # a column may be a param
-            if column in written and written[column] != spec.stage:  # a stage used twice owns its columns
+        for column in sorted(set(recipe.build(index).adds) - {"text"} - set(stage_class.rewrites)):  # a column may be a param
+            if column in written and not spec.overwrite and not (written[column] == "the source" and column in stage_class.fills):
                 raise RecipeError(f"{origin}: stages[{index}] ({spec.stage}) would overwrite the `{column}` column that "
-                                  f"{written[column]} writes")  # fmt: skip
-            written[column] = spec.stage
-    return recipe
+                                  f"{written[column]} writes: give it another column, or `overwrite: true` on the stage")  # fmt: skip
+            written[column] = f"stages[{index}] ({spec.stage})"
 
 
 def load_recipe(name_or_path: str) -> Recipe:

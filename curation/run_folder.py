@@ -107,18 +107,19 @@ class Manifest:
         self.path = folder.path(MANIFEST)
         self.data = read_json(self.fs, self.path) if self.fs.exists(self.path) else {"stages": {}}
         self.forgotten: list[str] = []  # stage folders an earlier recipe left, deleted by `start`
+        self.changed_files: dict[str, list[str]] = {}  # stage folder -> the files it loads that changed since it ran
         self.saved_at, self.save_seconds, self.unsaved = 0.0, 0.0, False
 
     @classmethod
-    def start(cls, folder: RunFolder, stage_hashes: list[str], **about) -> "Manifest":
-        """The run's manifest, created or resumed, with every stage whose config changed forgotten; `about` (recipe,
-        inputs, versions) is recorded as given."""
+    def start(cls, folder: RunFolder, stage_hashes: list[str], stage_loads: list[dict] | None = None, **about) -> "Manifest":
+        """The run's manifest, created or resumed, with every stage whose config or loaded files changed forgotten;
+        `about` (recipe, inputs, versions) is recorded as given."""
         folder.fs.makedirs(folder.root, exist_ok=True)
         remove_temporaries(folder.fs, folder.root, recursive=False)  # e.g. a manifest.json save the kill cut short
         manifest = cls(folder)
         manifest.forgotten = manifest.forget_other_stages()
-        for stage_dir, stage_hash in zip(folder.stage_dirs, stage_hashes):
-            manifest.prepare(stage_dir, stage_hash)
+        for stage_dir, stage_hash, loads in zip(folder.stage_dirs, stage_hashes, stage_loads or [{}] * len(stage_hashes)):
+            manifest.prepare(stage_dir, stage_hash, loads)
         manifest.data.update(about)
         manifest.save()
         return manifest
@@ -137,14 +138,34 @@ class Manifest:
             if self.fs.exists(folder):
                 self.fs.rm(folder, recursive=True)
 
-    def prepare(self, stage_dir: str, stage_hash: str) -> None:
-        """Forget a stage whose config changed (its hash chains in every earlier stage) and delete what it wrote."""
+    def prepare(self, stage_dir: str, stage_hash: str, loads: dict | None = None) -> None:
+        """Forget a stage whose config or loaded files changed (its hash chains in every earlier stage) and delete what
+        it wrote; a stage that had run is listed in `changed_files` when a file it loads is what changed."""
         entry = self.data["stages"].get(stage_dir)
         if entry is None or entry["config_hash"] != stage_hash:
+            before = (entry or {}).get("loads") or {}
+            changed = [path for path, digest in (loads or {}).items() if path in before and before[path] != digest]
+            if entry and entry["shards"] and changed:
+                self.changed_files[stage_dir] = changed
             self.delete(stage_dir)
             self.data["stages"][stage_dir] = {"config_hash": stage_hash, "shards": {}}
+        if loads:
+            self.data["stages"][stage_dir]["loads"] = loads
         for folder in self.folder.folders(stage_dir):
             remove_temporaries(self.fs, folder)
+
+    def reset(self, stage_dir: str, stage_hash: str, loads: dict | None = None) -> None:
+        """Forget every shard of a stage and delete what it wrote: it is redone."""
+        self.delete(stage_dir)
+        self.data["stages"][stage_dir] = {"config_hash": stage_hash, "shards": {}, **({"loads": loads} if loads else {})}
+
+    def forget_shard(self, stage: int, shard: int) -> None:
+        """Forget one shard of a stage and delete its part, removed documents and report rows: it is redone."""
+        self.data["stages"][self.folder.stage_dirs[stage]]["shards"].pop(str(shard), None)
+        for path in (self.folder.part(stage, shard), self.folder.removed(stage, shard), self.folder.report(stage, shard)):
+            path = path.removeprefix(self.folder.prefix)
+            if self.fs.exists(path):
+                self.fs.rm(path)
 
     def recorded(self, stage_dir: str, shard: int) -> bool:
         return str(shard) in self.data["stages"][stage_dir]["shards"]

@@ -18,11 +18,12 @@ import pyarrow as pa
 
 from curation import dedup, ray_session
 from curation import stats as run_stats
+from curation.file_digests import input_stamps, same_content
 from curation.io import disk_full, read_parquet, write_parquet_atomic
 from curation.pyarrow_without_pandas import spare_workers_pandas
 from curation.recipe import Recipe
 from curation.run_folder import LOCK_FILE, Manifest, RunFolder
-from curation.segment import SegmentTask, run_segment
+from curation.segment import SegmentTask, rerun_may_fix, run_segment
 from filters import REPORT_NAMES, STAGES
 from filters.duplicates import DuplicateFilter
 from shard_contract import folder_lock
@@ -34,6 +35,7 @@ class ShardFailure:
     shard: int
     input: str
     error: str
+    rerun_fixes: bool = False  # the machine failed (a lost worker, a full disk, ...), not the input or the recipe
 
 
 @dataclass
@@ -43,6 +45,9 @@ class RunResult:
     skipped_shards: int = 0
     removed_stages: list[str] = field(default_factory=list)  # stage folders an earlier recipe left in the output
     released_stages: list[str] = field(default_factory=list)  # parts deleted at the end: a later stage redacts their text
+    changed_files: dict[str, list[str]] = field(default_factory=dict)  # stage folder -> changed files it loads: rerun
+    changed_inputs: list[str] = field(default_factory=list)  # inputs rewritten since they were read: their shards rerun
+    rerun_for_removed: list[str] = field(default_factory=list)  # stages done without --keep-removed, redone with it
 
 
 def run(
@@ -120,6 +125,22 @@ def last_line(error: Exception) -> str:
     return (str(error).strip().splitlines() or [repr(error)])[-1]
 
 
+SETTLE_SECONDS = 60  # a GPU actor's segment cannot be interrupted: it is waited for this long at most
+
+
+def settle(references) -> None:
+    """Cancel tasks the driver gives up on and wait for them to end. A task interrupted mid-write removes its
+    temporary (run_segment's abort, write_parquet_atomic); left running, it outlived a driver that stopped on an
+    error (a full disk under its manifest save) and was still writing when the command had returned."""
+    import ray
+
+    references = list(references)
+    for reference in references:
+        ray.cancel(reference)
+    if references:
+        ray.wait(references, num_returns=len(references), timeout=SETTLE_SECONDS)
+
+
 class _Scheduler:
     """Submits each shard's next fused segment, parks shards at a duplicate stage until all have reached it, then
     runs that stage's pass and releases them."""
@@ -132,8 +153,9 @@ class _Scheduler:
         self.progress, self.on_step = progress, on_step
         self.stage_dirs = recipe.stage_dirs()
         self.folder = RunFolder(output, self.stage_dirs)
-        self.hashes = recipe.stage_hashes(inputs, snapshot)
-        self.manifest = Manifest.start(self.folder, self.hashes, recipe=recipe.model_dump(), inputs=inputs,
+        self.loads = recipe.stage_loads()
+        self.hashes = recipe.stage_hashes(inputs, snapshot, self.loads)
+        self.manifest = Manifest.start(self.folder, self.hashes, self.loads, recipe=recipe.model_dump(), inputs=inputs,
                                        snapshot=snapshot, versions=_versions())  # fmt: skip
         count = len(self.stage_dirs)
         self.barriers = {i + 1 for i, spec in enumerate(recipe.stages) if issubclass(STAGES[spec.stage], DuplicateFilter)}
@@ -144,7 +166,11 @@ class _Scheduler:
         ends = {b - 1 for b in self.barriers} | {count - 1} | {g - 1 for g in self.gpu_stages} | self.gpu_stages
         self.writes = frozenset(range(count)) if materialize_all else frozenset(ends)
         self.segment_end = {k: min(end for end in ends if end >= k) for k in range(count)}
-        self.result = RunResult(output=output, removed_stages=self.manifest.forgotten)
+        self.result = RunResult(output=output, removed_stages=self.manifest.forgotten,
+                                changed_files=self.manifest.changed_files)  # fmt: skip
+        self.rerun_changed_inputs()
+        if keep_removed:
+            self.rerun_without_removed()
         self.redo_released()
         self.remove_stale_reports()
         self.passes: dict[int, dedup.PassContext] = {}
@@ -169,11 +195,15 @@ class _Scheduler:
                 self.folder.fs.rm(stale)
 
     def run(self) -> None:
-        self.move_on()
-        while self.pending or self.waiting:
-            self.collect_segments()
-            if self.waiting:
-                self.run_barrier(min(self.waiting))
+        try:
+            self.move_on()
+            while self.pending or self.waiting:
+                self.collect_segments()
+                if self.waiting:
+                    self.run_barrier(min(self.waiting))
+        except BaseException:  # the driver stops (its own write failed, Ctrl-C): no segment goes on writing without it
+            settle(self.pending)
+            raise
         self.finish()
 
     def move_on(self) -> None:
@@ -190,10 +220,43 @@ class _Scheduler:
         kept = stage not in self.writes or self.manifest.data["stages"][stage_dir].get("released") or self.written(stage, shard)
         return self.manifest.recorded(stage_dir, shard) and bool(kept)
 
-    def redacted_later(self) -> set[int]:
-        """The stages with a redacting stage after them: their parts hold text it replaced."""
-        last = max((i + 1 for i, spec in enumerate(self.recipe.stages) if STAGES[spec.stage].redacts), default=0)
-        return set(range(last))  # stage 0 is the read, so recipe stage i is stage i + 1
+    def rerun_changed_inputs(self) -> None:
+        """Forget each shard whose input changed since it was read (its size or time differ and, for a file, its
+        bytes), in every stage before the first duplicate stage; from that stage on every shard is redone, since its
+        pass reads them all."""
+        read = self.manifest.data["stages"][self.stage_dirs[0]]["shards"]
+        recorded = sorted(int(shard) for shard in read)
+        changed = []
+        for shard, stamp in zip(recorded, input_stamps([self.inputs[shard] for shard in recorded])):
+            stats = read[str(shard)]
+            if stats.get("input_stamp") == stamp:
+                continue
+            if stamp is not None and same_content(self.inputs[shard], stats.get("input_sha256", "")):
+                stats["input_stamp"] = stamp  # touched or copied, the same bytes: its results stand
+                continue
+            changed.append(shard)
+        if not changed:
+            return
+        first_barrier = min(self.barriers, default=len(self.stage_dirs))
+        for stage in range(len(self.stage_dirs)):
+            if stage < first_barrier:
+                for shard in changed:
+                    self.manifest.forget_shard(stage, shard)
+            else:
+                self.manifest.reset(self.stage_dirs[stage], self.hashes[stage], self.loads[stage])
+        self.result.changed_inputs = [self.inputs[shard] for shard in changed]
+        self.manifest.save()
+
+    def rerun_without_removed(self) -> None:
+        """--keep-removed on a folder run without it: the stages done without keeping their removed documents are
+        redone, so they are written rather than silently missing."""
+        for stage, stage_dir in enumerate(self.stage_dirs):
+            shards = self.manifest.data["stages"][stage_dir]["shards"]
+            if any(not stats.get("removed_kept") for stats in shards.values()):
+                self.manifest.reset(stage_dir, self.hashes[stage], self.loads[stage])
+                self.result.rerun_for_removed.append(stage_dir)
+        if self.result.rerun_for_removed:
+            self.manifest.save()
 
     def redo_released(self) -> None:
         """A finished run whose parts before a redacting stage were deleted has nothing to resume a shard from: when a
@@ -203,9 +266,8 @@ class _Scheduler:
         final = len(self.stage_dirs) - 1
         if not released or all(self.done(final, shard) for shard in range(len(self.inputs))):
             return
-        for stage_dir, stage_hash in zip(self.stage_dirs[released[0]:], self.hashes[released[0]:]):
-            self.manifest.delete(stage_dir)
-            self.manifest.data["stages"][stage_dir] = {"config_hash": stage_hash, "shards": {}}
+        for stage in range(released[0], len(self.stage_dirs)):
+            self.manifest.reset(self.stage_dirs[stage], self.hashes[stage], self.loads[stage])
         self.manifest.save()
 
     def advance(self, stage: int, shard: int) -> None:
@@ -273,7 +335,10 @@ class _Scheduler:
                 cause = ray_task_error(error)
                 stage_dir = getattr(cause, "stage_dir", self.stage_dirs[task.first])
                 why = getattr(cause, "reason", None) or last_line(cause)  # the stage, shard and input are fields already
-                self.result.failures.append(ShardFailure(stage_dir, task.shard, task.input, why))
+                rerun_fixes = getattr(cause, "rerun_fixes", None)
+                if rerun_fixes is None:  # not a stage's failure: a lost worker, or the task's own write
+                    rerun_fixes = rerun_may_fix(cause) or rerun_may_fix(error)
+                self.result.failures.append(ShardFailure(stage_dir, task.shard, task.input, why, rerun_fixes))
             else:
                 for stage, shard_stats in zip(range(task.first, task.last + 1), stage_stats):
                     self.manifest.record(self.stage_dirs[stage], shard_stats)
@@ -291,8 +356,8 @@ class _Scheduler:
         previous = self.stage_dirs[barrier - 1]
         if self.result.failures:
             failed = ", ".join(f"shard {f.shard} failed at {f.stage}" for f in self.result.failures)
-            reason = f"not run: dedup needs every shard, and {failed}; fix that input and rerun"
-            self._fail(stage_dir, barrier, shards, reason)
+            reason = f"not run: dedup needs every shard, and {failed}"
+            self._fail(stage_dir, barrier, shards, reason, all(f.rerun_fixes for f in self.result.failures))
             return
         entry = self.manifest.data["stages"][stage_dir]
         ctx = dedup.PassContext.sized(
@@ -304,15 +369,16 @@ class _Scheduler:
         try:
             dedup.run_pass(ctx, self._fan_out(ctx, stage_dir))
         except dedup.PassFailed as error:
-            self._fail(stage_dir, barrier, shards, f"{stage_dir}: {error}")
+            self._fail(stage_dir, barrier, shards, f"{stage_dir}: {error}", error.rerun_fixes)
             return
         self.passes[barrier] = ctx
         self.ready.extend((barrier, shard) for shard in shards)
         self.move_on()
 
-    def _fail(self, stage_dir: str, barrier: int, shards: list[int], reason: str) -> None:
+    def _fail(self, stage_dir: str, barrier: int, shards: list[int], reason: str, rerun_fixes: bool) -> None:
         for shard in shards:
-            self.result.failures.append(ShardFailure(stage_dir, shard, self.folder.part(barrier - 1, shard), reason))
+            part = self.folder.part(barrier - 1, shard)
+            self.result.failures.append(ShardFailure(stage_dir, shard, part, reason, rerun_fixes))
 
     def _fan_out(self, ctx: dedup.PassContext, stage_dir: str) -> dedup.FanOut:
         """The pass's callback: one step's tasks on Ray, skipping those the manifest has as done."""
@@ -324,22 +390,27 @@ class _Scheduler:
             done = passes.setdefault(name, {})
             todo = deque(i for i in ids if str(i) not in done)
             total, pending = len(done) + len(todo), {}
-            while todo or pending:
-                while todo and len(pending) < self.in_flight:
-                    task = todo.popleft()
-                    pending[self.remote_pass_task.remote(ctx, step, *args, task)] = task
-                (finished,), _ = ray.wait(list(pending), num_returns=1)
-                task = pending.pop(finished)
-                try:
-                    done[str(task)] = ray.get(finished)
-                except Exception as error:
-                    self.manifest.save_if_unsaved()  # the tasks done before it are not redone
-                    cause = ray_task_error(error)
-                    why = disk_full(cause, self.folder.root) or last_line(cause)
-                    raise dedup.PassFailed(f"step {name}, task {task} failed: {why}") from None
-                self.manifest.save_soon()
-                if self.on_step:
-                    self.on_step(stage_dir, name, len(done), total)
+            try:
+                while todo or pending:
+                    while todo and len(pending) < self.in_flight:
+                        task = todo.popleft()
+                        pending[self.remote_pass_task.remote(ctx, step, *args, task)] = task
+                    (finished,), _ = ray.wait(list(pending), num_returns=1)
+                    task = pending.pop(finished)
+                    try:
+                        done[str(task)] = ray.get(finished)
+                    except Exception as error:
+                        self.manifest.save_if_unsaved()  # the tasks done before it are not redone
+                        cause = ray_task_error(error)
+                        why = disk_full(cause, self.folder.root) or last_line(cause)
+                        rerun_fixes = rerun_may_fix(cause) or rerun_may_fix(error)
+                        raise dedup.PassFailed(f"step {name}, task {task} failed: {why}", rerun_fixes) from None
+                    self.manifest.save_soon()
+                    if self.on_step:
+                        self.on_step(stage_dir, name, len(done), total)
+            except BaseException:  # a task failed, or the driver's own save: the step's other tasks stop with it
+                settle(pending)
+                raise
             self.manifest.save_if_unsaved()
             return done
 
@@ -378,15 +449,35 @@ class _Scheduler:
         """Delete the parts of every stage a later redacting stage follows, once every shard is finished: a finished
         run folder holds no secret or PII its recipe removes. The manifest keeps them as done (`released`)."""
         final = len(self.stage_dirs) - 1
-        if not all(self.done(final, shard) for shard in range(len(self.inputs))):
-            return
-        for stage in sorted(self.redacted_later() & self.writes - {final}):
-            stage_dir = self.stage_dirs[stage]
-            if self.folder.fs.exists(self.folder.path(stage_dir)):
-                self.folder.fs.rm(self.folder.path(stage_dir), recursive=True)
-                self.result.released_stages.append(stage_dir)
-            self.manifest.data["stages"][stage_dir]["released"] = True
-        self.manifest.save()
+        if all(self.done(final, shard) for shard in range(len(self.inputs))):
+            self.result.released_stages = _release(self.folder, self.manifest, redacted_later(self.recipe) & self.writes - {final})
+
+
+def redacted_later(recipe: Recipe) -> set[int]:
+    """The stages with a redacting stage after them: their parts hold text it replaced."""
+    last = max((i + 1 for i, spec in enumerate(recipe.stages) if STAGES[spec.stage].redacts), default=0)
+    return set(range(last))  # stage 0 is the read, so recipe stage i is stage i + 1
+
+
+def _release(folder: RunFolder, manifest: Manifest, stages: set[int]) -> list[str]:
+    released = []
+    for stage in sorted(stages):
+        stage_dir = folder.stage_dirs[stage]
+        if folder.fs.exists(folder.path(stage_dir)):
+            folder.fs.rm(folder.path(stage_dir), recursive=True)
+            released.append(stage_dir)
+        manifest.data["stages"][stage_dir]["released"] = True
+    manifest.save()
+    return released
+
+
+def release_unredacted(output: str, recipe: Recipe) -> list[str]:
+    """What a finished run kept with `keep_intermediate` (an ablation's, whose variants start from its stages) releases
+    once nothing reads its intermediate parts any more: the parts a later redacting stage follows, deleted and kept
+    as done in the manifest. Returns the stage folders deleted."""
+    folder = RunFolder(output, recipe.stage_dirs())
+    manifest = Manifest(folder)
+    return _release(folder, manifest, redacted_later(recipe) - {len(folder.stage_dirs) - 1})
 
 
 def _versions() -> dict[str, str]:

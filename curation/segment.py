@@ -10,6 +10,8 @@ shard is done. The read stage names the input files (or records) it dropped: the
 every one (path, drop_reason, bytes) in removed/00_read/ with --keep-removed.
 """
 
+import errno
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from curation import dedup
+from curation.file_digests import input_stamp
 from curation.io import ParquetPartWriter, disk_full, read_parquet, write_parquet_atomic
 from curation.pyarrow_without_pandas import keep_pandas_for_nanosecond_times
 from curation.recipe import Recipe
@@ -25,7 +28,7 @@ from curation.schema import text_bytes
 from curation.sources import ReadResult
 from curation.sources.readers import read_batches
 from curation.stats import drop_samples
-from curation.worker_stages import worker_stage
+from curation.worker_stages import redacted, worker_stage
 from shard_contract import file_digest
 
 READ_REMOVED_SCHEMA = pa.schema([("path", pa.string()), ("drop_reason", pa.string()), ("bytes", pa.int64())])
@@ -49,12 +52,34 @@ class SegmentTask:
     clusters: dedup.PassContext | None = None  # `first` is a duplicate stage: where its pass left the clusters
 
 
-class StageFailed(RuntimeError):
-    """A stage of a fused task failed; carries the stage so the failure is reported where it happened."""
+# failures of the machine, not of the input: a rerun need not meet them again (Ray's by name, imported only where
+# Ray is, and across its versions)
+MACHINE_ERRORS = (MemoryError, ConnectionError, TimeoutError, InterruptedError, KeyboardInterrupt)
+RAY_MACHINE_ERRORS = ("WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError", "RayActorError", "ObjectLostError",
+                      "OutOfMemoryError", "ObjectStoreFullError", "OutOfDiskError", "TaskCancelledError", "RaySystemError")
 
-    def __init__(self, stage_dir: str, message: str, reason: str = ""):
-        super().__init__(stage_dir, message, reason)
-        self.stage_dir, self.reason = stage_dir, reason or message
+
+def rerun_may_fix(error: BaseException | None) -> bool:
+    """Whether the failure is the machine's (a lost worker or node, memory, a full disk, a dropped connection, an
+    interruption), which a rerun need not meet again; any other (a file that is no WARC, a missing column) is the
+    input's or the recipe's and fails the same way until they change."""
+    ray_exceptions = getattr(sys.modules.get("ray"), "exceptions", None)
+    machine = MACHINE_ERRORS + tuple(getattr(ray_exceptions, name) for name in RAY_MACHINE_ERRORS
+                                     if hasattr(ray_exceptions, name))  # fmt: skip
+    while error is not None:
+        if isinstance(error, machine) or isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+class StageFailed(RuntimeError):
+    """A stage of a fused task failed; carries the stage so the failure is reported where it happened, and whether a
+    rerun may fix it, told where the cause is still at hand (its chain does not cross Ray)."""
+
+    def __init__(self, stage_dir: str, message: str, reason: str = "", rerun_fixes: bool = False):
+        super().__init__(stage_dir, message, reason, rerun_fixes)
+        self.stage_dir, self.reason, self.rerun_fixes = stage_dir, reason or message, rerun_fixes
 
     def __str__(self) -> str:
         return self.args[1]
@@ -118,8 +143,10 @@ def _run_segment(task: SegmentTask, runs: dict[int, "_StageRun"]) -> list[dict]:
 
 def _open_run(task: SegmentTask, index: int) -> _StageRun:
     stats = {"shard": task.shard, "docs_in": 0, "docs_out": 0, "bytes_in": 0, "bytes_out": 0, "dropped": {}}
-    if index == 0:
-        stats["input"] = task.input
+    if task.keep_removed:  # a rerun with --keep-removed redoes what was done without it
+        stats["removed_kept"] = True
+    if index == 0:  # stamped before it is read: an input rewritten during the run reruns at the next
+        stats.update(input=task.input, input_stamp=input_stamp(task.input))
     run = _StageRun(index, stats)
     if index in task.writes:
         run.part = ParquetPartWriter(task.folder.fs, task.folder.part(index, task.shard))
@@ -131,7 +158,8 @@ def _open_run(task: SegmentTask, index: int) -> _StageRun:
 def _failed(task: SegmentTask, index: int, error: Exception) -> StageFailed:
     stage_dir = task.folder.stage_dirs[index]
     cause = disk_full(error, task.folder.root) or repr(error)
-    return StageFailed(stage_dir, f"shard {task.shard} of {stage_dir} failed on {task.input}: {cause}", cause)
+    message = f"shard {task.shard} of {stage_dir} failed on {task.input}: {cause}"
+    return StageFailed(stage_dir, message, cause, rerun_may_fix(error))
 
 
 def _read_batches(task: SegmentTask, run: _StageRun, result: ReadResult) -> Iterator[pa.Table]:
@@ -173,7 +201,7 @@ def _run_stages(task: SegmentTask, runs: dict[int, _StageRun], indexes: range, t
             run.stats["bytes_in"] += text_bytes(table)
             _merge(run.stats, {"dropped": outcome.dropped, **extra})
             if run.removed and outcome.removed.num_rows:
-                run.removed.write(outcome.removed)
+                run.removed.write(redacted(task.recipe, index, outcome.removed, task.hashes))  # never what a later stage redacts
             _keep(task, run, outcome.kept, started)
         except Exception as error:
             raise _failed(task, index, error) from error

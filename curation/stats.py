@@ -5,12 +5,14 @@
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import fsspec
 
 from curation.io import read_json, write_json_atomic
+from shard_contract import TOKENIZER_FILE
 
 if TYPE_CHECKING:  # the runner writes stats without pandas, whose import costs the driver 0.2 s
     import pandas as pd
@@ -64,14 +66,24 @@ def write(fs, root: str, manifest: dict, stage_dirs: list[str]) -> None:
     write_json_atomic(fs, f"{root}/{STATS}", {"recipe": manifest.get("recipe", {}).get("name"), "stages": stages})
 
 
-def _rows(output: str) -> list[dict]:
-    """stats.json as one flat dict per (stage, shard), the rows of load()."""
+def _run_stats(output: str) -> dict:
+    """A run's stats.json; a folder that is no run is one line naming the folder to give instead."""
     fs, root = fsspec.core.url_to_fs(output)
     path = f"{root.rstrip('/')}/{STATS}"
-    if not fs.exists(path):
-        raise FileNotFoundError(f"no {STATS} in {output}: is it the output folder of `curate run`?")
+    content = read_json(fs, path) if fs.exists(path) else {}
+    if "stages" in content:
+        return content
+    if "shards" in content or fs.exists(f"{root.rstrip('/')}/{TOKENIZER_FILE}"):  # RUN/tokens has a stats.json too
+        run = posixpath.dirname(output.rstrip("/")) or "."
+        raise FileNotFoundError(f"{output} is a token folder (written by `curate tokenize`), not a run folder: name its "
+                                f"run, {run}")  # fmt: skip
+    raise FileNotFoundError(f"no {STATS} in {output}: is it the output folder of `curate run`?")
+
+
+def _rows(output: str) -> list[dict]:
+    """stats.json as one flat dict per (stage, shard), the rows of load()."""
     rows = []
-    for stage in read_json(fs, path)["stages"]:
+    for stage in _run_stats(output)["stages"]:
         for shard in stage["shards"]:
             row = {"stage": stage["stage"]}
             for key, value in shard.items():
@@ -114,9 +126,7 @@ def stage_totals(output: str) -> dict[str, dict]:
 
 def load_passes(output: str) -> dict[str, dict]:
     """Per duplicate stage, its corpus-wide pass: per step the tasks, seconds and summed counters."""
-    fs, root = fsspec.core.url_to_fs(output)
-    stages = read_json(fs, f"{root.rstrip('/')}/{STATS}")["stages"]
-    return {stage["stage"]: stage["pass"] for stage in stages if "pass" in stage}
+    return {stage["stage"]: stage["pass"] for stage in _run_stats(output)["stages"] if "pass" in stage}
 
 
 def print_passes(passes: dict[str, dict], console=None) -> None:

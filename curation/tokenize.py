@@ -243,11 +243,34 @@ def trained_or_reused(parts: list[Part], tokens_dirs: dict[str, tuple], vocab_si
                "--retrain-tokenizer trains a new one over these runs only")  # fmt: skip
         return tokenizer, how, record or None, []
     record = {"plan": plan, "run_paths": sorted(_absolute(run_dir) for run_dir in tokens_dirs)}
+    tokenizer, record = _trained_in_a_worker(plan, record, vocab_size)
+    retokenize = sorted({run for sharers in shared.values() for run in sharers})
+    return tokenizer, f"trained on {record['bytes']:,} bytes, {record['documents']:,} documents ({SAMPLE_FILE})", record, retokenize
+
+
+def _trained_in_a_worker(plan: dict, record: dict, vocab_size: int):
+    """(tokenizer, its sample record), trained in a Ray worker of its own: BPE's merges run in Rust without a look at
+    signals (4-5 s on 4.6 MB of text here, minutes on the 64 MiB default), so trained in the driver Ctrl-C waited for
+    them; the driver waits in ray.get, which Ctrl-C interrupts, and stopping Ray ends the worker. One call per worker:
+    the pool of threads the training starts would outlive it in a worker that then tokenizes parts on one core."""
+    import ray
+    from tokenizers import Tokenizer
+
+    train = ray.remote(num_cpus=1, max_calls=1, max_retries=0)(_train_on_worker)
+    try:
+        text, record = ray.get(train.remote(plan, record, vocab_size))
+    except ray.exceptions.RayTaskError as error:
+        if isinstance(error.cause, ValueError):  # an unreadable part of the sample, named in one line
+            raise error.cause from None
+        raise
+    return Tokenizer.from_str(text), record
+
+
+def _train_on_worker(plan: dict, record: dict, vocab_size: int) -> tuple[str, dict]:
     started = time.perf_counter()
     tokenizer = train_tokenizer(sample_texts(plan, record), vocab_size)
     record.update(tokenizer_sha256=tokenizer_sha(tokenizer), seconds=round(time.perf_counter() - started, 2))
-    retokenize = sorted({run for sharers in shared.values() for run in sharers})
-    return tokenizer, f"trained on {record['bytes']:,} bytes, {record['documents']:,} documents ({SAMPLE_FILE})", record, retokenize
+    return tokenizer.to_str(), record
 
 
 def _absolute(run_dir: str) -> str:
@@ -421,6 +444,7 @@ class TokenizeResult:
     skipped: int = 0  # parts already done
     removed: list[str] = field(default_factory=list)  # token parts of inputs the run no longer has, deleted
     failures: list[str] = field(default_factory=list)  # one line per failed part
+    rerun_fixes: int = 0  # of the failures, those of the machine (a lost worker, a full disk): a rerun retries them
     retokenize: list[str] = field(default_factory=list)  # other runs made with the tokenizer --retrain-tokenizer replaced
 
 
@@ -500,6 +524,7 @@ def tokenize_runs(run_dirs: list[str], tokenizer_path: str | None = None, vocab_
     if not 0 <= validation_fraction < 1:
         raise ValueError(f"--validation-fraction {validation_fraction} is not in [0, 1)")
     for run_dir in run_dirs:  # every run checked before any is locked or written (its parts' bytes once, below)
+        folder_lock.check(run_dir, LOCK_FILE, "curate tokenize")  # a run being written has unfinished shards: name its pid
         listed_parts(run_dir, verify=False)
     locks = {}
     try:  # no `curate run` rewrites a run's parts, and no other tokenize its tokens/, while this one reads and writes
@@ -537,6 +562,7 @@ def _run_tasks(todo: list[PartTask], done: dict, result: TokenizeResult, on_part
     import ray
 
     from curation.runner import TASK_RETRIES, last_line, ray_task_error
+    from curation.segment import rerun_may_fix
 
     remote = ray.remote(_tokenize_on_worker).options(num_cpus=1, max_retries=TASK_RETRIES)
     pending = {remote.remote(task): task for task in todo}
@@ -547,6 +573,7 @@ def _run_tasks(todo: list[PartTask], done: dict, result: TokenizeResult, on_part
             done[task] = ray.get(ready[0])
         except Exception as error:
             result.failures.append(f"{task.part.run}: part {task.part.name} failed: {last_line(ray_task_error(error))}")
+            result.rerun_fixes += rerun_may_fix(ray_task_error(error)) or rerun_may_fix(error)
             continue
         if on_part:
             on_part(task.part.run, done[task])

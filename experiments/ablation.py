@@ -29,7 +29,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -39,7 +38,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from curation.io import write_json_atomic, write_parquet_atomic, write_text_atomic
 from curation.recipe import Recipe, RecipeError, load_recipe, parse_recipe
 from curation.run_folder import MANIFEST
+from curation.worker_stages import redacted
 from curation.tokenize import TOKENS_DIR, curated_parts, train_tokenizer, write_tokens
+from experiments.folders import LOCAL
 from filters.benchmark_index import BenchmarkSpec, load_choice_items
 from shard_contract import TOKENIZER_FILE, held_out
 
@@ -47,7 +48,6 @@ BASE = "base"
 ALL, KEPT, REMOVED = "all", "kept", "removed"
 SLICES = (ALL, KEPT, REMOVED)  # the validation documents; those in the base's curated output; the others
 ADDED_RUNS = ("data_scaling", "ladder")  # spec fields that add runs to an ablation without changing its others
-LOCAL = fsspec.filesystem("file")  # an ablation's folder is local: its variants share files by hard links
 
 
 class VariantSpec(BaseModel):
@@ -206,7 +206,7 @@ class Ablation:
             keep = [held_out(doc_id, self.spec.validation_fraction) and bool(text and text.strip())
                     for doc_id, text in zip(table["id"].to_pylist(), table["text"].to_pylist())]  # fmt: skip
             tables.append(table.filter(pa.array(keep, pa.bool_())))  # typed: a part of no rows gives []
-        held = pa.concat_tables(tables) if tables else None
+        held = redacted(base, text_stage, pa.concat_tables(tables)) if tables else None  # as the curated runs redact it
         if held is None or held.num_rows == 0:
             raise ValueError(f"no validation documents held out of {folder} at fraction {self.spec.validation_fraction}")
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -232,7 +232,18 @@ class Ablation:
                 str(folder), curated_parts(str(folder)), tokenizer, self.spec.validation_fraction)
         if not tokens_done(documents.parent):
             write_tokens(str(documents.parent), [str(documents)], tokenizer, 0.0)
+        self.release_unredacted()
         return stats
+
+    def release_unredacted(self) -> None:
+        """Once every variant is tokenized nothing reads their intermediate parts: those a later redacting stage
+        follows (kept so variants could start from the base's stages) are deleted, as `curate run` deletes its own."""
+        from curation.runner import release_unredacted
+
+        for name, recipe in self.recipes.items():
+            released = release_unredacted(str(self.curated(name)), recipe)
+            if released:
+                self.log(f"{name}: deleted the parts of {', '.join(released)}: they hold text a later stage redacts")
 
     def budget(self, token_stats: dict[str, dict]) -> tuple[int, int, str]:
         """(tokens, steps, why): the given tokens, else 20 per parameter, capped so no variant repeats its training

@@ -76,8 +76,7 @@ def cmd_decide(args) -> int:
         print(f"curate decide: {error}", file=sys.stderr)
         return 2
     if args.plan:
-        _print_decision_plan(decision, console)
-        return 0
+        return _print_decision_plan(decision, console)
 
     def curate(recipe, inputs: list[str], output: str, snapshot: str) -> None:
         result = runner.run(recipe, inputs, output, snapshot, ray_address=args.ray_address, num_cpus=args.num_cpus)
@@ -105,19 +104,18 @@ def _resumable(command: str, kept: str, work):
         return None, 130
 
 
-def _print_decision_plan(decision, console: Console) -> None:
-    from experiments.ladder import model_size
+def _print_decision_plan(decision, console: Console) -> int:
+    """The scales with their cost, then the plan's checks; 1 when one failed."""
+    from experiments.plan_checks import decision_checks, decision_rungs
 
-    spec, flops = decision.spec, []
-    vocab = spec.vocab_size
-    for width, seeds in zip(spec.widths, spec.seeds):
-        params, _, per_token = model_size(decision.ladder_spec, width, vocab)
-        tokens = spec.tokens_per_param * params
-        flops.append(tokens * per_token)
-        console.print(f"w{width}: {params:,} params (at {vocab:,} tokens), {tokens:,.0f} tokens, {flops[-1]:.2e} FLOPs, "
-                      f"{seeds} seeds x {len(spec.recipes)} recipes")  # fmt: skip
+    spec, rungs = decision.spec, decision_rungs(decision)
+    for (width, rung), seeds in zip(rungs.items(), spec.seeds):
+        console.print(f"w{width}: {rung.params_total:,} params (at {spec.vocab_size:,} tokens), {rung.tokens:,} tokens, "
+                      f"{rung.flops:.2e} FLOPs, {seeds} seeds x {len(spec.recipes)} recipes")  # fmt: skip
+    flops = [rung.flops for rung in rungs.values()]
     total = sum(f * s for f, s in zip(flops, spec.seeds)) * len(spec.recipes)
-    console.print(f"{flops[-1] / flops[0]:.1f}x compute from the smallest scale to the largest; {total:.2e} FLOPs in all")
+    console.print(f"{flops[-1] / flops[0]:.3g}x compute from the smallest scale to the largest; {total:.2e} FLOPs in all")
+    return _print_checks(decision_checks(decision, rungs), console)
 
 
 def _print_decision(results: dict, console: Console) -> None:
@@ -148,7 +146,7 @@ def cmd_report(args) -> int:
         import json
 
         from curation.io import write_text_atomic
-        from experiments.ablation import LOCAL
+        from experiments.folders import LOCAL
         from experiments.decide_report import render
 
         target = str(args.html or Path(args.output) / "report.html")
@@ -160,7 +158,7 @@ def cmd_report(args) -> int:
         import json
 
         from curation.io import write_text_atomic
-        from experiments.ablation import LOCAL
+        from experiments.folders import LOCAL
         from experiments.ladder import report_html
 
         target = str(args.html or Path(args.output) / "report.html")
@@ -255,12 +253,13 @@ def cmd_reference(args) -> int:
     from experiments import reference
 
     folder = args.out or reference.FOLDER
+    pages = reference.pages(CURATE_COMMANDS, train_main)
     if args.check:
-        differing = reference.stale(folder)
+        differing = reference.stale(pages, folder)
         for name in differing:
             print(f"{folder / name} differs from what the code writes: run `curate reference`")
         return 1 if differing else 0
-    for path in reference.write(folder):
+    for path in reference.write(pages, folder):
         print(f"wrote {path}")
     return 0
 
@@ -312,7 +311,10 @@ def _ladder_parser() -> argparse.ArgumentParser:
     parser.add_argument("--count", choices=["total", "non_embedding"], help="the N of the forecast and headline (default total)")
     parser.add_argument("--budget", type=float, action="append", dest="budget_queries",
                         help="a compute budget to answer (N, D, tokens per parameter, expected loss), e.g. 1e21; repeatable")  # fmt: skip
-    parser.add_argument("--plan", action="store_true", help="print the rungs and their cost, train nothing")
+    parser.add_argument("--plan", action="store_true", help="print the rungs, their cost and the checks of their budgets, data "
+                        "and preset range (exit 1 when one fails), train nothing; works before the data is built")  # fmt: skip
+    parser.add_argument("--vocab-size", type=positive_int, default=2048, help="with --plan before the mixture's data is "
+                        "built: the vocabulary to plan with (default 2048, the cpu ladder's); then its tokenizer's")  # fmt: skip
     return parser
 
 
@@ -326,13 +328,15 @@ def cmd_ladder(argv: list[str]) -> int:
         spec = load_ladder(args.ladder, mixture=args.mixture, widths=widths, budgets=args.budgets, count=args.count,
                            holdout_factor=args.holdout_factor, parallel=args.parallel, ranks=args.ranks,
                            budget_queries=args.budget_queries)  # fmt: skip
-        ladder = Ladder(spec, args.out, log=console.print)
+        ladder = Ladder(spec, args.out, log=console.print, assumed_vocab=args.vocab_size if args.plan else None)
     except (ValueError, FileNotFoundError) as error:
         print(f"train ladder: {error}", file=sys.stderr)
         return 2
     if args.plan:
+        from experiments.plan_checks import ladder_checks, ladder_preset
+
         _print_rungs(ladder, console)
-        return 0
+        return _print_checks(ladder_checks(ladder, ladder_preset(args.ladder, spec.ranks)), console)
     summary, code = _resumable("train ladder", f"rungs are kept in {args.out}/results", lambda: run_ladder(ladder))
     if code:
         return code
@@ -346,6 +350,8 @@ def _print_rungs(ladder, console: Console) -> None:
 
     from experiments.ladder import GPU_MFU, GPU_PEAK_FLOPS, shape
 
+    if not ladder.data_built:
+        console.print(f"vocabulary {ladder.vocab:,} assumed: the mixture's data is not built yet (--vocab-size to plan another)")
     table = Table(title=f"Ladder on {ladder.spec.mixture}: {len(ladder.rungs)} rungs plus one held-out rung at "
                         f"{ladder.spec.holdout_factor:g} x {max(ladder.spec.budgets):.2g} FLOPs (its size chosen by the fit)")  # fmt: skip
     for column in ("rung", "width", "layers", "N total", "N non-embedding", "tokens", "tokens/param", "FLOPs"):
@@ -361,6 +367,13 @@ def _print_rungs(ladder, console: Console) -> None:
     if ladder.spec.bracket:
         console.print(f"Extra rungs may be added: up to {ladder.spec.bracket} more widths per budget (x or / 1.5, in "
                       "8s) while its lowest loss is at its smallest or largest width; not in the count above")  # fmt: skip
+
+
+def _print_checks(checks, console: Console) -> int:
+    """A plan's checks, one line each; 1 when one failed (as `train plan`), else 0."""
+    for check in checks:
+        console.print(check.line(), markup=False, soft_wrap=True, style="red" if check.status == "problem" else None)
+    return int(any(check.status == "problem" for check in checks))
 
 
 def _print_fit(summary: dict, console: Console) -> None:

@@ -34,7 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from curation.io import write_json_atomic, write_parquet_atomic, write_text_atomic
 from experiments import decision_accuracy
-from experiments.ablation import LOCAL, read_token_stats, scores_once, tokens_done
+from experiments.ablation import read_token_stats, scores_once, tokens_done
+from experiments.folders import LOCAL
 from experiments.ladder import PRESETS, Ladder, LadderSpec, make_rung
 from experiments.spec_file import load_spec
 from filters.benchmark_index import BenchmarkSpec, load_choice_items
@@ -66,7 +67,8 @@ class DecideSpec(BaseModel):
     lr: float | None = Field(None, gt=0, description="the preset's peak lr instead (of its lr_width model; the same for "
                              "every recipe): the cpu preset's 4e-3 x 64 / width makes w20's seeds differ by 0.7 nats")  # fmt: skip
     widths: list[int] = Field([20, 32, 48], min_length=2, description="one model width per scale, smallest first")
-    tokens_per_param: float = Field(10.0, gt=0, description="training tokens per (total) parameter at every scale")
+    tokens_per_param: float = Field(10.0, gt=0, allow_inf_nan=False,
+                                    description="training tokens per (total) parameter at every scale")
     seeds: list[int] = Field([3, 3, 3], min_length=2, description="seeds per scale (the same list length as widths)")
     vocab_size: int = Field(2048, ge=256)
     tokenizer_sample_mb: float = Field(32.0, gt=0, description="text the tokenizer trains on, drawn from every curated run")
@@ -150,6 +152,7 @@ class Decision:
     def hold_out_target(self) -> Path:
         """The target documents, read from the target inputs before any curation: the ids the hash holds out."""
         from curation.sources.readers import read_input
+        from curation.worker_stages import redacted
 
         out = self.out / "target" / "part-00000.parquet"
         if out.is_file():
@@ -159,6 +162,7 @@ class Decision:
             inputs, snapshot = self.inputs(name)
             for path in inputs:
                 table = read_input(self.recipes[name].source, snapshot, path).table
+                table = redacted(self.recipes[name], 0, table.select(["id", "text"]))  # as its curated run redacts it
                 for doc_id, text in zip(table["id"].to_pylist(), table["text"].to_pylist()):
                     if held_out(doc_id, self.spec.target.fraction) and text and text.strip():
                         documents.setdefault(doc_id, (text, name))

@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from curation.io import write_json_atomic, write_text_atomic
 from experiments import scaling_fit
-from experiments.ablation import LOCAL
+from experiments.folders import LOCAL
 from experiments.spec_file import load_spec
 
 COUNTS = {"total": "params_total", "non_embedding": "params_non_embedding"}  # Chinchilla's N, Kaplan's N
@@ -56,7 +56,8 @@ class LadderSpec(BaseModel):
     mixture: str = Field(description="mixture YAML whose sources every rung trains on (its validation set scores them)")
     widths: list[int] = Field([24, 32, 48, 64], min_length=4, description="model widths: one model size each")
     budgets: list[float] = Field([5e11, 1e12, 2e12], min_length=3, description="IsoFLOP budgets: every width at each")
-    holdout_factor: float = Field(2.0, gt=1, description="the held-out rung's compute, times the largest budget")
+    holdout_factor: float = Field(2.0, gt=1, allow_inf_nan=False,
+                                  description="the held-out rung's compute, times the largest budget")
     aspect: int = Field(32, gt=0, description="width per layer: n_layers = round(width / aspect)")
     head_dim: int = Field(16, gt=0)
     seq_len: int = Field(128, gt=0)
@@ -72,7 +73,8 @@ class LadderSpec(BaseModel):
     ranks: int | None = Field(1, gt=0, description="processes per rung (1: each rung on its own core; none: every GPU)")
     micro_batch: int | None = Field(None, gt=0, description="sequences per rank per forward (default: the batch over ranks)")
     count: str = Field("total", description="the N the forecast and the headline use: total or non_embedding")
-    budget_queries: list[float] = Field([1e21], description="compute budgets to answer: N, D, tokens per parameter, loss")
+    budget_queries: list[float] = Field([1e21], description="compute budgets to answer (--budget): N, D, tokens per "
+                                        "parameter, loss")
     forecast: bool = Field(True, description="forecast, then train, the held-out rung (an ablation's ladders skip it)")
     bracket: int = Field(2, ge=0, description="extra widths per budget at most, added past its smallest or largest "
                          "width while its lowest loss is there (0: none)")  # fmt: skip
@@ -83,6 +85,15 @@ class LadderSpec(BaseModel):
         if len(set(widths)) < len(widths) or min(widths) < 8:
             raise ValueError(f"widths must be distinct and at least 8: {widths}")
         return sorted(widths)
+
+    @field_validator("budgets", "budget_queries")
+    @classmethod
+    def compute_budgets(cls, budgets: list[float]) -> list[float]:
+        bad = [budget for budget in budgets if not (math.isfinite(budget) and budget > 0)]
+        if bad:
+            shown = ", ".join(f"{budget:g}" for budget in bad)
+            raise ValueError(f"{shown}: not a compute budget; give finite FLOPs above 0, e.g. 1e21")
+        return budgets
 
     @field_validator("count")
     @classmethod
@@ -185,7 +196,9 @@ class Ladder:
     """The rungs, each skipped when its result is there: train the IsoFLOP sets, fit, forecast, train the held-out
     rung, fit again and report."""
 
-    def __init__(self, spec: LadderSpec, out: str, log=print):
+    def __init__(self, spec: LadderSpec, out: str, log=print, assumed_vocab: int | None = None):
+        """`assumed_vocab`: the vocabulary a plan assumes while the mixture's data is not built yet (then `data_built`
+        is False and nothing can train); None: the data must be there."""
         from tokenizers import Tokenizer
 
         from training import storage
@@ -193,7 +206,11 @@ class Ladder:
 
         self.spec, self.out, self.log = spec, Path(out), log
         self.mixture = load_mixture(spec.mixture)
-        self.vocab = Tokenizer.from_str(storage.read_text(self.mixture.tokenizer_path())).get_vocab_size()
+        self.data_built = data_built(self.mixture)
+        if self.data_built or assumed_vocab is None:  # not built: reading the tokenizer says what is missing
+            self.vocab = Tokenizer.from_str(storage.read_text(self.mixture.tokenizer_path())).get_vocab_size()
+        else:
+            self.vocab = assumed_vocab
         self.rungs = [make_rung(spec, width, budget, self.vocab) for budget in spec.budgets for width in spec.widths]
         self.shards = None
         self.ranks = spec.ranks or self._gpus()
@@ -212,14 +229,20 @@ class Ladder:
         self.out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(LOCAL, str(record), given)
 
-    def over_cap(self, rung: Rung) -> str | None:
-        """Why a rung would repeat its sources more than their max_epochs, or None."""
+    def source_plans(self, rung: Rung) -> list:
+        """What a rung asks of each source against what the source has (training.plan's SourcePlan)."""
         from training.data import read_sources
-        from training.plan import over_cap, plan
+        from training.plan import plan
 
         if self.shards is None:
             self.shards = read_sources(self.mixture)
-        return over_cap(plan(self.mixture, [rung.tokens], self.shards))
+        return plan(self.mixture, [rung.tokens], self.shards)
+
+    def over_cap(self, rung: Rung) -> str | None:
+        """Why a rung would repeat its sources more than their max_epochs, or None."""
+        from training.plan import over_cap
+
+        return over_cap(self.source_plans(rung))
 
     def check_data(self, rungs: list[Rung]) -> None:
         """Every rung within its sources' max_epochs, before any rung trains."""
@@ -353,6 +376,17 @@ class Ladder:
                 "identification": identification, "fitted_on": [point["run"] for point in points], "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
         write_json_atomic(LOCAL, str(path), made)
         return rung, made
+
+
+def data_built(mixture) -> bool:
+    """Whether every source of the mixture has token shards and the mixture its tokenizer."""
+    from training import storage
+    from training.mixture import MixtureError
+
+    try:
+        return all(mixture.shard_files(name) for name in mixture.source_names()) and storage.is_file(mixture.tokenizer_path())
+    except MixtureError:
+        return False
 
 
 def die_with_parent() -> None:

@@ -380,9 +380,18 @@ def forecast(points: list[dict], held_out, law: Law | None = None, laws: list[La
     return rows
 
 
+def check_budget(C) -> float:
+    """C as a float, or a one-line ValueError for a budget no law answers: 0 divides by zero, a negative one gives NaN."""
+    if not (np.isfinite(C) and C > 0):
+        raise ValueError(f"scaling_fit: budget {float(C):g} FLOPs: a compute budget is a finite number of FLOPs above 0, "
+                         "e.g. 1e21")
+    return float(C)
+
+
 def budget(law: Law, laws_bootstrap: list[Law], C: float, flops_per_param_token: float, identified: bool) -> dict:
     """What compute C asks for: the compute-optimal N and D, tokens per parameter and the loss to expect. A law not
     identified answers nothing: its numbers stay, marked, under `unidentified_law_numbers`."""
+    C = check_budget(C)
     N, D = (float(value) for value in law.optimal(C, flops_per_param_token))
     optima = [law_b.optimal(C, flops_per_param_token) for law_b in laws_bootstrap]
     numbers = {"params": N, "tokens": D, "tokens_per_param": D / N,
@@ -397,6 +406,7 @@ def summarize(points: list[dict], budgets=(1e21,), flops_per_param_token: float 
     """Everything fit.json holds: the law fitted on the points not held out, its intervals, whether it is identified,
     Approach 2 beside it, the forecast of the held-out points and what each budget asks for. `params` is the N of
     the fit."""
+    budgets = [check_budget(C) for C in budgets]
     fitted = [p for p in points if not p.get("held_out")]
     held_out = [p["run"] for p in points if p.get("held_out")]
     if flops_per_param_token is None:

@@ -54,6 +54,8 @@ class Stage:
     # columns of `adds` it replaces on purpose whatever wrote them (a repository document is a new document); every
     # other column, `text` aside, is one stage's: a recipe where two stages write it is refused at load
     rewrites: ClassVar[tuple[str, ...]] = ()
+    # columns of `adds` the source may already give, which it completes (keeping a given value): not an overwrite
+    fills: ClassVar[tuple[str, ...]] = ()
     num_cpus: ClassVar[float] = 1.0
     # GPUs it runs on where the cluster has them (a model's stage): the runner runs it alone in actors holding them
     num_gpus: ClassVar[float] = 0.0
@@ -71,6 +73,11 @@ class Stage:
 
     def setup(self) -> None:
         """Load heavy resources (models) once per worker process, not per shard."""
+
+    def loaded_files(self) -> list[str]:
+        """The files and folders `setup` loads that the recipe names (models, indexes, lists): their contents are part
+        of the stage's identity in a run's manifest, so a changed one reruns the stage."""
+        return []
 
     def annotate(self, table: pa.Table) -> Annotation:
         raise NotImplementedError

@@ -35,6 +35,7 @@ class CodeLanguage(Stage):
     Params = CodeLanguageParams
     requires = ("id", "text", "path")
     adds = {"language": pa.string()}
+    fills = ("language",)  # a language the source gives (The Stack's) is kept; it fills in the rest
 
     def setup(self) -> None:
         import enry

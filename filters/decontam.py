@@ -48,6 +48,11 @@ class Decontaminator(Stage):
         ("ngrams", pa.int64()), ("action", pa.string()),
     ])  # fmt: skip
 
+    def loaded_files(self) -> list[str]:
+        if self.params.index:
+            return [self.params.index]
+        return [benchmark.path for benchmark in self.params.benchmarks if benchmark.path]
+
     def setup(self) -> None:
         params = self.params
         if params.index:

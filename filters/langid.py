@@ -175,6 +175,9 @@ class LanguageFilter(Stage):
     # the consulted models' probabilities of it
     adds = {"language": pa.string(), "language_score": pa.float32(), "language_voted": pa.bool_()}
 
+    def loaded_files(self) -> list[str]:
+        return [self.params.model_path] if self.params.model_path else []
+
     def setup(self) -> None:
         path = Path(self.params.model_path) if self.params.model_path else default_lid_model()
         self.model = load_fasttext(path)

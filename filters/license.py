@@ -86,6 +86,7 @@ class LicenseFilter(Stage):
     Params = LicenseParams
     requires = ("id", "text", "repository")  # and `path`, else the url's part after "<repository>/"
     adds = {"license": pa.string()}
+    fills = ("license",)  # the source's license (package metadata) is one of its inputs; it writes the one it found
     per_document = False  # a repository's license is read off its license files, README and headers together
     report_name = "repositories"
     report_schema = pa.schema([

@@ -1,7 +1,8 @@
 """Model score: a Hugging Face sequence classifier's score per document (FineWeb-Edu's educational-value regressor,
 a quality or toxicity classifier), kept as a column and, where asked, kept by threshold or top fraction.
 
-The model and its tokenizer come from one folder (`save_pretrained`'s layout) or, where there is a network, a hub id.
+The model and its tokenizer come from one local folder (`save_pretrained`'s layout), or from the hub where the recipe
+says `hub: true`; code a model ships runs only where it says `trust_remote_code: true`.
 A regression head (one output) gives its value; a classifier gives the softmax probability of `positive_class`. A
 classifier `curate quality train-model` fitted on mean-pooled states says so in its config (`score_pooling: mean`) and
 is scored that way.
@@ -14,6 +15,7 @@ The stage declares one GPU (`num_gpus`): on a Ray cluster with GPUs the runner r
 and load the model once; elsewhere it runs on the CPU in the same worker as the stages around it.
 """
 
+import json
 import math
 from pathlib import Path
 
@@ -24,28 +26,63 @@ from pydantic import Field, model_validator
 from filters.base import Annotation, Stage, StageParams
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# A token averages a few characters (about 4 in English BPE, fewer in code and most other scripts), so a document's
+# first max_tokens * 32 characters hold every token a stage reads: a 26 MB page is cut to them before it is tokenized,
+# not tokenized whole (40 s) to keep its first 512 tokens. Only text averaging over 32 characters a token (a run of
+# whitespace that a vocabulary holds whole) would have fewer of its tokens scored.
+CHARS_PER_TOKEN_BOUND = 32
 
 
-def check_model_folder(model_path: str) -> None:
-    """A path that is neither a folder here nor shaped as a hub id (`org/name`) is a missing folder."""
-    if not Path(model_path).exists() and (model_path.startswith((".", "/", "~")) or model_path.count("/") != 1):
-        raise ValueError(f"model folder not found: {model_path}")
+class PretrainedModelParams(StageParams):
+    """Where a model stage's model comes from: a local folder unless the recipe asks for the hub, and the code a model
+    ships run only where the recipe trusts it (transformers would otherwise stop at a terminal prompt and wait)."""
+
+    model_path: str
+    hub: bool = Field(False, description="model_path is a Hugging Face hub id (org/name), downloaded by transformers or "
+                      "read from its cache; without it model_path is a local folder and no network is asked")  # fmt: skip
+    trust_remote_code: bool = Field(False, description="run the Python code the model ships (an auto_map in its "
+                                    "config.json or tokenizer_config.json); without it such a model is refused")  # fmt: skip
+
+    def pretrained_options(self) -> dict:
+        """The keyword arguments of every from_pretrained call for the model and its tokenizer."""
+        return {"local_files_only": not self.hub, "trust_remote_code": self.trust_remote_code}
 
 
-def load_config_and_tokenizer(model_path: str):
+def check_model_folder(params: PretrainedModelParams) -> None:
+    """A local model_path is a folder here, and one that ships code is trusted by name: else transformers asks the hub
+    for a missing `dir/name` (26 s of retries offline, then a message about the network) or prompts on the terminal."""
+    if params.hub:
+        return
+    folder = Path(params.model_path)
+    if not folder.is_dir():
+        looks_like_hub_id = params.model_path.count("/") == 1 and not params.model_path.startswith((".", "/", "~"))
+        raise ValueError(f"model folder not found: {params.model_path}"
+                         + (" (a Hugging Face hub id needs `hub: true`)" if looks_like_hub_id else ""))  # fmt: skip
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            settings = json.loads((folder / name).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(settings, dict) and settings.get("auto_map") and not params.trust_remote_code:
+            raise ValueError(f"{params.model_path} ships code that runs when it loads (auto_map in its {name}): set "
+                             "`trust_remote_code: true` in the stage if you trust it")  # fmt: skip
+
+
+def load_config_and_tokenizer(params: PretrainedModelParams):
     """The model's config and its tokenizer, or a ValueError naming the folder and what is wrong with it."""
+    check_model_folder(params)  # before transformers' import, which alone takes seconds
     from transformers import AutoConfig, AutoTokenizer
 
-    check_model_folder(model_path)
+    model_path = params.model_path
     try:
-        config = AutoConfig.from_pretrained(model_path)
+        config = AutoConfig.from_pretrained(model_path, **params.pretrained_options())
     except (OSError, ValueError) as error:
         raise ValueError(f"{model_path} holds no Hugging Face model config ({_first_line(error)})") from None
     if not any(name.endswith("ForSequenceClassification") for name in config.architectures or []):
         raise ValueError(f"{model_path} is a {', '.join(config.architectures or ['model without an architecture'])}, "
                          "not a sequence classifier (…ForSequenceClassification)")  # fmt: skip
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        tokenizer = AutoTokenizer.from_pretrained(model_path, **params.pretrained_options())
     except (OSError, ValueError, TypeError) as error:
         raise ValueError(f"{model_path} holds no tokenizer that loads ({_first_line(error)})") from None
     if len(tokenizer) <= len(tokenizer.all_special_tokens):  # transformers 5 makes one of special tokens from nothing
@@ -71,17 +108,39 @@ def model_device_and_dtype(device: str, dtype: str):
     return chosen, getattr(torch, dtype)
 
 
+def usable_positions(model, tokenizer) -> float:
+    """Tokens the model reads at once: its position table less RoBERTa's offset (RoBERTa and its kin number positions
+    from pad_token_id + 1, so 514 positions hold 512 tokens), and at most the tokenizer's model_max_length (a tokenizer
+    saved without one says 1e30)."""
+    positions = getattr(model.config, "max_position_embeddings", None) or math.inf
+    table = getattr(getattr(model.base_model, "embeddings", None), "position_embeddings", None)
+    padding = getattr(table, "padding_idx", None)  # set only where positions count from the padding token
+    if padding is not None:
+        positions -= padding + 1
+    return min(positions, tokenizer.model_max_length)
+
+
+def padding_parity_rtol(config) -> float:
+    """How far a float32 score may move with the padding of its batch, relative (and absolute under 1): sums taken in
+    another order round differently, by about float32's epsilon per step, growing like a random walk with the width
+    (√hidden) and adding up over the layers. CPUs order their sums differently too: a bound of 1e-5 tuned on one CPU
+    failed on another (2.55e-5 at 3.01, 2 layers of 32). A masking or padding bug moves scores by far more."""
+    return 32 * float(np.finfo(np.float32).eps) * config.num_hidden_layers * math.sqrt(config.hidden_size)
+
+
 def _first_line(error: Exception) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
 
 
-class ModelScoreParams(StageParams):
+class ModelScoreParams(PretrainedModelParams):
     model_path: str = Field(description="a folder with a …ForSequenceClassification model and its tokenizer "
-                            "(save_pretrained's layout), or a hub id where there is a network")  # fmt: skip
+                            "(save_pretrained's layout); a hub id with `hub: true`")  # fmt: skip
     column: str = Field("model_score", min_length=1, description="the score's column, so several scorers coexist")
-    positive_class: str | int | None = Field(None, description="a classifier's class whose probability is the score "
-                                             "(a label of the model's id2label, or its index); none for a regression "
-                                             "head (one output)")  # fmt: skip
+    positive_class: str | int | None = Field(None, description="a classifier's class whose probability is the score: a "
+                                             "label of the model's id2label (quoted where it is a number: '1'), or an "
+                                             "index where no label is that number (an integer that is one class's "
+                                             "label and another's index is refused); none for a regression head (one "
+                                             "output)")  # fmt: skip
     max_tokens: int = Field(512, ge=1, description="tokens scored per document (its first ones); at most the model's positions")
     batch_tokens: int | None = Field(None, ge=1, description="padded tokens per forward pass; default 4,096 on the CPU "
                                      "(larger batches ran slower there: 45 docs/s at 16,384), 16,384 on a GPU")  # fmt: skip
@@ -97,13 +156,15 @@ class ModelScoreParams(StageParams):
             raise ValueError("give threshold or keep_top_fraction, not both")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype {self.dtype!r} is not one of {DTYPES}")
-        config, _ = load_config_and_tokenizer(self.model_path)
+        config, _ = load_config_and_tokenizer(self)
         self.positive_index(config)
         return self
 
     def positive_index(self, config) -> int | None:
-        """The output the score reads: None for a regression head, else the positive class's index."""
-        labels = {int(index): name for index, name in (config.id2label or {}).items()}
+        """The output the score reads: None for a regression head, else the positive class's index. A class is named by
+        its label first (a YAML `1` is the label "1" where the model has one), else by its index; an integer that is one
+        class's label and another's index would silently score the wrong one, so it is refused."""
+        labels = {int(index): str(name) for index, name in (config.id2label or {}).items()}
         if config.num_labels == 1:
             if self.positive_class is not None:
                 raise ValueError(f"positive_class: {self.model_path} is a regression head (one output), it has no classes")
@@ -111,9 +172,14 @@ class ModelScoreParams(StageParams):
         if self.positive_class is None:
             raise ValueError(f"positive_class: {self.model_path} has {config.num_labels} classes "
                              f"({', '.join(labels.values())}): name the one whose probability is the score")  # fmt: skip
+        named = [index for index, name in labels.items() if name == str(self.positive_class)]
         if isinstance(self.positive_class, int) and 0 <= self.positive_class < config.num_labels:
-            return self.positive_class
-        named = [index for index, name in labels.items() if name == self.positive_class]
+            index = self.positive_class
+            if named and named[0] != index:
+                raise ValueError(f"positive_class: {index} is both the label '{index}' (index {named[0]}) and index "
+                                 f"{index} (label '{labels[index]}'): quote the label you mean, positive_class: "
+                                 f"'{index}' or positive_class: '{labels[index]}'")  # fmt: skip
+            return index
         if not named:
             raise ValueError(f"positive_class: {self.positive_class!r} is not a class of {self.model_path} "
                              f"({', '.join(labels.values())})")  # fmt: skip
@@ -135,19 +201,23 @@ class ModelScorer(Stage):
         """A threshold judges each document alone; a top fraction needs the whole shard."""
         return self.params.keep_top_fraction is None
 
+    def loaded_files(self) -> list[str]:
+        return [self.params.model_path]
+
     def setup(self) -> None:
         from transformers import AutoModelForSequenceClassification
 
-        config, self.tokenizer = load_config_and_tokenizer(self.params.model_path)
+        config, self.tokenizer = load_config_and_tokenizer(self.params)
         self.positive = self.params.positive_index(config)
         self.device, dtype = model_device_and_dtype(self.params.device, self.params.dtype)
         self.batch_tokens = self.params.batch_tokens or default_batch_tokens(self.device)
-        self.model = AutoModelForSequenceClassification.from_pretrained(self.params.model_path).to(self.device, dtype).eval()
+        self.model = AutoModelForSequenceClassification.from_pretrained(self.params.model_path,
+                                                                        **self.params.pretrained_options())  # fmt: skip
+        self.model = self.model.to(self.device, dtype).eval()
         if self.tokenizer.pad_token is None:  # a decoder's classifier reads its last token that is not padding
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model.config.pad_token_id = self.tokenizer.pad_token_id
-        positions = getattr(config, "max_position_embeddings", None) or math.inf
-        self.max_tokens = int(min(self.params.max_tokens, positions, self.tokenizer.model_max_length))
+        self.max_tokens = int(min(self.params.max_tokens, usable_positions(self.model, self.tokenizer)))
 
     def scores(self, texts: list[str]) -> np.ndarray:
         """One score per text, in the order given."""
@@ -155,7 +225,8 @@ class ModelScorer(Stage):
 
         if not texts:  # a tokenizer given no text fails
             return np.zeros(0, dtype=np.float32)
-        encoded = self.tokenizer(texts, truncation=True, max_length=self.max_tokens)["input_ids"]
+        cut = [text[: self.max_tokens * CHARS_PER_TOKEN_BOUND] for text in texts]
+        encoded = self.tokenizer(cut, truncation=True, max_length=self.max_tokens)["input_ids"]
         result = np.zeros(len(texts), dtype=np.float32)
         with torch.inference_mode():
             for batch in length_sorted_batches([len(ids) for ids in encoded], self.batch_tokens):

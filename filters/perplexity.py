@@ -6,7 +6,8 @@ negative log-likelihood of the text's tokens in bits, over its UTF-8 bytes) is t
 tokenizer, so models compare. The first token is scored after the tokenizer's end-of-text token (how `train` separates
 documents). A document longer than the model's positions is scored in windows of `window` tokens, each after the
 `window - stride` tokens before it, so every token is scored once and with context; `max_tokens` scores only a
-document's first tokens (and their bytes), for speed.
+document's first tokens (and their bytes), for speed. Empty or whitespace-only text has no bytes to score (it would
+count 0 bits per byte, the best bucket): it gets no score and is dropped as `empty_text`.
 """
 
 import math
@@ -15,18 +16,27 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, model_validator
 
-from filters.base import Annotation, Stage, StageParams
-from filters.model_score import DTYPES, check_model_folder, default_batch_tokens, length_sorted_batches, model_device_and_dtype
+from filters.base import Annotation, Stage
+from filters.model_score import (
+    CHARS_PER_TOKEN_BOUND,
+    DTYPES,
+    PretrainedModelParams,
+    check_model_folder,
+    default_batch_tokens,
+    length_sorted_batches,
+    model_device_and_dtype,
+)
 
 
-def load_causal_config_and_tokenizer(model_path: str):
+def load_causal_config_and_tokenizer(params: PretrainedModelParams):
     """The model's config and tokenizer, or a ValueError naming the folder and what is wrong with it."""
+    check_model_folder(params)  # before transformers' import, which alone takes seconds
     from transformers import AutoConfig, AutoTokenizer
 
-    check_model_folder(model_path)
+    model_path = params.model_path
     try:
-        config = AutoConfig.from_pretrained(model_path)
-        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        config = AutoConfig.from_pretrained(model_path, **params.pretrained_options())
+        tokenizer = AutoTokenizer.from_pretrained(model_path, **params.pretrained_options())
     except (OSError, ValueError, TypeError) as error:
         raise ValueError(f"{model_path} does not load as a model and tokenizer ({str(error).splitlines()[0][:200]})") from None
     if not any(name.endswith(("ForCausalLM", "LMHeadModel")) for name in config.architectures or []):
@@ -38,8 +48,9 @@ def load_causal_config_and_tokenizer(model_path: str):
     return config, tokenizer
 
 
-class PerplexityParams(StageParams):
-    model_path: str = Field(description="a folder `train export` wrote (or any causal LM with its tokenizer)")
+class PerplexityParams(PretrainedModelParams):
+    model_path: str = Field(description="a folder `train export` wrote (or any causal LM with its tokenizer); a hub id "
+                            "with `hub: true`")  # fmt: skip
     column: str = Field("perplexity_bpb", min_length=1, description="the bits-per-byte column")
     bucket_column: str = Field("perplexity_bucket", min_length=1, description="the bucket column, where `cutoffs` are given")
     cutoffs: list[float] | None = Field(None, min_length=2, max_length=2, description="[head, middle] upper bounds in "
@@ -65,7 +76,7 @@ class PerplexityParams(StageParams):
             raise ValueError(f"keep: {sorted(unknown)} are not buckets (head, middle, tail)")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype {self.dtype!r} is not one of {DTYPES}")
-        load_causal_config_and_tokenizer(self.model_path)
+        load_causal_config_and_tokenizer(self)
         return self
 
 
@@ -80,14 +91,18 @@ class PerplexityScorer(Stage):
         if self.params.cutoffs is not None:
             self.adds[self.params.bucket_column] = pa.string()
 
+    def loaded_files(self) -> list[str]:
+        return [self.params.model_path]
+
     def setup(self) -> None:
         import torch
         from transformers import AutoModelForCausalLM
 
-        config, self.tokenizer = load_causal_config_and_tokenizer(self.params.model_path)
+        config, self.tokenizer = load_causal_config_and_tokenizer(self.params)
         self.device, dtype = model_device_and_dtype(self.params.device, self.params.dtype)
         self.batch_tokens = self.params.batch_tokens or default_batch_tokens(self.device)
-        self.model = AutoModelForCausalLM.from_pretrained(self.params.model_path).to(self.device, dtype).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(self.params.model_path, **self.params.pretrained_options())
+        self.model = self.model.to(self.device, dtype).eval()
         positions = getattr(config, "max_position_embeddings", None) or 2048
         self.window = min(self.params.window or positions, positions)
         self.stride = min(self.params.stride or max(1, self.window // 2), self.window - 1)
@@ -112,6 +127,8 @@ class PerplexityScorer(Stage):
         torch = self.torch
         if not texts:  # a tokenizer given no text fails
             return np.zeros(0)
+        if self.params.max_tokens is not None:  # the characters its first tokens can come from, not the whole text
+            texts = [text[: self.params.max_tokens * CHARS_PER_TOKEN_BOUND] for text in texts]
         encoded = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
         if self.params.max_tokens is not None:
             encoded = [ids[: self.params.max_tokens] for ids in encoded]
@@ -137,16 +154,21 @@ class PerplexityScorer(Stage):
         return np.array([n / math.log(2) / max(1, size) for n, size in zip(nats, sizes)])
 
     def annotate(self, table: pa.Table) -> Annotation:
-        scores = self.bits_per_byte(table["text"].to_pylist())
-        columns = {self.params.column: scores.tolist()}
-        reasons: list[str | None] = [None] * len(scores)
+        texts = table["text"].to_pylist()
+        scored = [i for i, text in enumerate(texts) if text and not text.isspace()]
+        scores: list[float | None] = [None] * len(texts)
+        for i, value in zip(scored, self.bits_per_byte([texts[i] for i in scored]).tolist()):
+            scores[i] = value
+        columns: dict[str, list] = {self.params.column: scores}
+        verdicts: list[str | None] = [None] * len(texts)
         stats: dict = {}
         if self.params.cutoffs is not None:
             head, middle = self.params.cutoffs
-            buckets = ["head" if s < head else "middle" if s < middle else "tail" for s in scores.tolist()]
+            buckets = [None if s is None else "head" if s < head else "middle" if s < middle else "tail" for s in scores]
             columns[self.params.bucket_column] = buckets
-            reasons = [None if b in self.params.keep else f"perplexity_{b}" for b in buckets]
+            verdicts = [None if b in self.params.keep else f"perplexity_{b}" for b in buckets]
             stats["perplexity_buckets"] = {b: buckets.count(b) for b in ("head", "middle", "tail") if b in buckets}
         elif self.params.threshold is not None:
-            reasons = [None if s <= self.params.threshold else "perplexity_above_threshold" for s in scores.tolist()]
+            verdicts = [None if s is None or s <= self.params.threshold else "perplexity_above_threshold" for s in scores]
+        reasons = ["empty_text" if s is None else verdict for s, verdict in zip(scores, verdicts)]
         return Annotation(reasons, columns, stats)

@@ -10,6 +10,7 @@ search. With NER switched on (PERSON, LOCATION) names can be anywhere, so whole 
 import ipaddress
 import re
 from collections import Counter
+from pathlib import Path
 from typing import Literal
 
 import pyarrow as pa
@@ -186,6 +187,10 @@ class PiiScrubber(Stage):
     adds = {"text": pa.string(), "pii_counts": COUNTS_BY_TYPE}
     redacts = True
 
+    def loaded_files(self) -> list[str]:
+        """A spaCy model given as a folder; an installed package is named by the package versions the manifest keeps."""
+        return [self.params.ner_model] if self.params.ner_model and Path(self.params.ner_model).exists() else []
+
     def setup(self) -> None:
         with bare_spacy():  # Presidio's transformers engine is never used here
             from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
@@ -257,6 +262,6 @@ class PiiScrubber(Stage):
             spans.update(found)
             docs.update(found.keys())
             if found and len(samples) < SAMPLES_PER_SHARD:
-                samples.append({"entities": sorted(found), "before": text[:300], "after": scrubbed[:300]})
+                samples.append({"entities": sorted(found), "after": scrubbed[:300]})  # stats.json never holds what it removed
         stats = {"pii_spans": dict(spans), "pii_documents": dict(docs), "pii_samples": samples}
         return Annotation(reasons=[None] * table.num_rows, columns={"text": texts, "pii_counts": counts}, stats=stats)

@@ -132,6 +132,13 @@ class QualityScorer(Stage):
         (a WARC file's pages arrive 250 at a time)."""
         return self.params.top_fraction is None
 
+    def loaded_files(self) -> list[str]:
+        """The model and combiner the recipe names (the shipped ones change only with the package)."""
+        model = self.params.model_path
+        beside = combiner_beside(Path(model)) if model else None
+        combiner = {"auto": str(beside) if beside and beside.is_file() else None, "none": None}.get(self.params.combiner, self.params.combiner)
+        return [path for path in (model, combiner) if path]
+
     def setup(self) -> None:
         model_path = Path(self.params.model_path) if self.params.model_path else asset(*SHIPPED_MODEL)
         self.model = load_fasttext(model_path)

@@ -131,6 +131,9 @@ class UrlFilter(Stage):
     Params = UrlFilterParams
     requires = ("id", "url")
 
+    def loaded_files(self) -> list[str]:
+        return [str(list_path(name)) for name in (*self.params.domain_lists, *self.params.substring_lists)]
+
     def setup(self) -> None:
         self.domains = {d.lstrip(".") for name in self.params.domain_lists for d in read_list(name)}
         self.substrings = [s for name in self.params.substring_lists for s in read_list(name)]

@@ -3,13 +3,20 @@ the lock holds its owner's pid, start time and host while the command runs, so a
 is refused in one line instead of writing beside the first. A lock whose process is gone from this host (or is a
 zombie: ended, not yet reaped) is stale and taken over; a killed command leaves one of those.
 
-A local folder's lock is created with O_EXCL, so two commands starting at once cannot both take it. An object store
-(s3://, gs://) has no create-if-absent through fsspec: there the lock is checked, then written, which refuses a second
-command started after the first took it, not one started in the same instant."""
+A local folder's lock is written whole under a temporary name and hard-linked into place (a link fails on an existing
+name), so two commands starting at once cannot both take it and none reads it half-written. A dead owner's lock is
+deleted under an flock of that lock file, by a taker that checks, holding it, that the name still holds the file it
+judged dead: two takers never both delete (the second would delete the first one's new lock), and the kernel drops
+the flock of a taker killed meanwhile. An object store (s3://, gs://) has no create-if-absent through fsspec: there
+the lock is checked, then written, which refuses a second command started after the first took it, not one started
+in the same instant."""
 
+import contextlib
+import fcntl
 import json
 import os
 import socket
+import uuid
 
 import fsspec
 import psutil
@@ -42,8 +49,15 @@ def _alive(owner: dict) -> bool:
 
 def _read(fs, path: str) -> dict:
     try:
-        owner = json.loads(fs.cat_file(path))
-    except (OSError, ValueError):
+        return _owner_in(fs.cat_file(path))
+    except OSError:
+        return {}
+
+
+def _owner_in(text: str | bytes) -> dict:
+    try:
+        owner = json.loads(text)
+    except ValueError:
         return {}
     return owner if isinstance(owner, dict) else {}
 
@@ -51,17 +65,36 @@ def _read(fs, path: str) -> dict:
 def _create(fs, path: str, text: str) -> bool:
     """Write the lock unless it exists; False when it does."""
     if isinstance(fs, LocalFileSystem):
-        try:
-            handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(handle, "w") as file:
+        whole = f"{path}.tmp-{uuid.uuid4().hex}"  # a killed taker's is removed with `curate run`'s temporaries
+        with open(whole, "w") as file:
             file.write(text)
+        try:
+            os.link(whole, path)
+        except (FileExistsError, FileNotFoundError):  # taken; or taken by a run whose cleanup removed this temporary
+            return False
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(whole)
         return True
     if fs.exists(path):
         return False
     fs.pipe_file(path, text.encode())
     return True
+
+
+def _remove_dead(fs, path: str) -> None:
+    """Delete the lock if its owner is dead; locally only while this taker holds the flock of the file it reads, and
+    only if `path` still names that file (the open file keeps its inode number from being reused)."""
+    if not isinstance(fs, LocalFileSystem):
+        fs.rm_file(path)
+        return
+    try:
+        with open(path, "r+") as file:  # writable: NFS emulates flock with a write lock
+            fcntl.flock(file, fcntl.LOCK_EX)
+            if os.stat(path).st_ino == os.fstat(file.fileno()).st_ino and not _alive(_owner_in(file.read())):
+                os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def check(folder: str, lock_file: str, program: str) -> None:
@@ -90,7 +123,7 @@ def acquire(folder: str, lock_file: str, program: str) -> str:
         owner = _read(fs, path)
         if _alive(owner):
             raise _locked(folder, lock_file, owner, program)
-        fs.rm_file(path)  # stale: its command was killed
+        _remove_dead(fs, path)  # stale: its command was killed
     raise FolderLocked(f"{folder.rstrip('/')}/{lock_file} is being taken by another {program} at the same time")
 
 

@@ -1,5 +1,6 @@
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -28,6 +29,15 @@ def finished_shards(read_manifest: Callable[[], str]) -> int:
         return sum(len(stage["shards"]) for stage in json.loads(read_manifest())["stages"].values())
     except (FileNotFoundError, json.JSONDecodeError, KeyError):
         return 0
+
+
+def interruptible(command: list[str], **options) -> subprocess.Popen:
+    """`command` as a terminal starts a foreground job, for a test to Ctrl-C it (SIGINT to its group): its own process
+    group, SIGINT at its default. A background job of a non-interactive shell (`pytest ... &` in a script) ignores
+    SIGINT and its children inherit that, so without this the signal never reached the command (a run then finished
+    with 0)."""
+    return subprocess.Popen(command, start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                            **options)  # fmt: skip
 
 
 def wait_for_progress(running, read_manifest: Callable[[], str], at_least: int = 1, timeout: float = 300) -> int:

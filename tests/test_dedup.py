@@ -229,6 +229,26 @@ def test_parquet_documents_reader(tmp_path):
         ParquetReader("CC-TEST").read(str(tmp_path / "bad.parquet"))
 
 
+def test_binary_text_is_read_as_utf8_and_what_is_not_text_is_one_line_naming_the_file(tmp_path):
+    """Hive, Impala and older Spark write strings as bare bytes: those are the text; other bytes or types are refused."""
+    import pyarrow.parquet as pq
+
+    for kind in (pa.binary(), pa.large_binary()):
+        pq.write_table(pa.table({"text": pa.array(["café page".encode(), b"", None], kind)}), tmp_path / "bytes.parquet")
+        result = ParquetReader("CC-TEST").read(str(tmp_path / "bytes.parquet"))
+        assert result.table["text"].type == pa.string() and result.table["text"].to_pylist() == ["café page"]
+        assert result.dropped == {"empty_text": 2}
+    refused = {
+        "latin1.parquet": (pa.array(["café".encode("latin-1")], pa.binary()), "its `text` column is binary and not UTF-8"),
+        "numbers.parquet": (pa.array([1, 2]), "its `text` column is int64, not text"),
+    }
+    for name, (column, message) in refused.items():
+        pq.write_table(pa.table({"text": column}), tmp_path / name)
+        with pytest.raises(ValueError) as error:
+            ParquetReader("CC-TEST").read(str(tmp_path / name))
+        assert str(error.value).startswith(f"{tmp_path / name}: {message}") and "\n" not in str(error.value)
+
+
 def test_attach_clusters_marks_kept_and_dropped_rows(tmp_path):
     ctx = dedup.PassContext(recipe=None, stage_index=0, stage_hash="", work=str(tmp_path), parts={}, partitions=1)
     nodes = dedup.node_ids(3, np.array([0, 2, 1]), np.array([0, 0, 0]))

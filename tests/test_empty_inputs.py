@@ -1,7 +1,9 @@
 """An input that yields no record at all (empty, or not of the recipe's source kind) is a failed shard naming the
 file, for every source kind: never an exit 0 with 0 documents. A file whose records are all dropped is not."""
 
+import errno
 import gzip
+import pickle
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -9,7 +11,7 @@ import pytest
 
 from curation.recipe import parse_recipe
 from curation.run_folder import RunFolder
-from curation.segment import SegmentTask, StageFailed, run_segment
+from curation.segment import SegmentTask, StageFailed, rerun_may_fix, run_segment
 from curation.sources import sample
 
 
@@ -37,6 +39,26 @@ def test_an_input_with_no_record_fails_its_shard_by_name(tmp_path):
     for kind, path in empty_inputs(tmp_path):
         with pytest.raises(StageFailed, match=rf"failed on {path}: .*no {kind} record in it"):
             read_shard(tmp_path, kind, path)
+
+
+def test_only_a_failure_of_the_machine_is_one_a_rerun_may_fix(tmp_path):
+    """A file that is no WARC fails again on every rerun, so `curate run` says to fix it; a lost worker or a full disk
+    need not come back, and the flag crosses Ray (pickled) with the failure."""
+    import ray.exceptions
+
+    with pytest.raises(StageFailed) as no_warc:
+        read_shard(tmp_path, "warc", empty_inputs(tmp_path)[1][1])
+    assert not pickle.loads(pickle.dumps(no_warc.value)).rerun_fixes
+    assert pickle.loads(pickle.dumps(StageFailed("00_read", "failed", "disk full", True))).rerun_fixes
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as full:
+            raise RuntimeError("writing the part") from full
+    except RuntimeError as chained:
+        assert rerun_may_fix(chained)
+    assert rerun_may_fix(ray.exceptions.WorkerCrashedError()) and rerun_may_fix(ConnectionResetError())
+    assert not rerun_may_fix(ValueError("stage 'langid' needs columns ['text']")) and not rerun_may_fix(FileNotFoundError())
 
 
 def test_records_all_dropped_is_not_a_failure(tmp_path):

@@ -2,6 +2,7 @@
 it is unsure of; the development sets' scoring; `curate extract train-blocks`."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -10,7 +11,7 @@ import pytest
 
 from curation.extraction_sets import HTML_SETS, Page, load_set, page_counts, score
 from filters.extract import HtmlExtractor, extract_page
-from filters.extract_blocks import BlockModel, load_block_model, main_content_blocks, minimal_html_blocks
+from filters.extract_blocks import MODEL_FILE, BlockModel, load_block_model, main_content_blocks, minimal_html_blocks
 from tests.test_extract import ARTICLE, raw_table
 
 NEEDS_SETS = pytest.mark.skipif(not (HTML_SETS / "readability").is_dir(), reason="../shared/corpus/html is absent")
@@ -105,6 +106,7 @@ def write_set(root, pages: list[tuple[str, str, str]]) -> None:
 
 
 def test_train_blocks_writes_a_model_the_backend_loads(tmp_path):
+    """By default into a run folder, saying how to use it: the packaged model changes only where --out names it."""
     words = "river delta farmers floods soil harvest water season village market".split()
     rng = np.random.default_rng(0)
     pages = []
@@ -124,6 +126,12 @@ def test_train_blocks_writes_a_model_the_backend_loads(tmp_path):
     assert "trained on" in run.stdout and str(out) in run.stdout
     model = load_block_model(str(out))
     assert isinstance(model, BlockModel) and 0 < model.threshold < 1
+    packaged = MODEL_FILE.read_bytes()
+    default = subprocess.run([sys.executable, "-m", "curation.cli", "extract", "train-blocks", "--sets", str(tmp_path / "sets")],
+                             capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert default.returncode == 0, default.stderr
+    assert MODEL_FILE.read_bytes() == packaged and load_block_model(str(tmp_path / "runs" / "extract-blocks" / "model.json"))
+    assert f"`cp runs/extract-blocks/model.json {os.path.relpath(MODEL_FILE, tmp_path)}` to use it" in default.stdout
     missing = subprocess.run([sys.executable, "-m", "curation.cli", "extract", "train-blocks", "--sets", str(tmp_path / "none"),
                               "--out", str(out)], capture_output=True, text=True)  # fmt: skip
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "pass --sets" in missing.stderr

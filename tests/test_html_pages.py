@@ -79,13 +79,24 @@ def test_every_page_becomes_a_document_with_its_url_and_every_other_file_is_coun
     assert again.table["id"].to_pylist() == result.table["id"].to_pylist() and again.sha256 == result.sha256
 
     alone = HtmlReader("local", "web").read(str(pages / "blog" / "post.htm"))  # its sidecar still gives its URL
-    assert alone.table.select(["url", "warc_file"]).to_pylist() == [{"url": "https://example.org/post", "warc_file": "post.htm"}]
+    assert alone.table.select(["url", "warc_file"]).to_pylist() == [
+        {"url": "https://example.org/post", "warc_file": str(pages / "blog" / "post.htm")}]  # fmt: skip
     batched = ReadResult(READ_SCHEMA.empty_table())
     tables = list(HtmlReader("local", "web").read_batches(str(pages), 4, batched))
     assert [table.num_rows for table in tables] == [4, 2] and batched.dropped == result.dropped
     assert pa.concat_tables(tables)["id"].to_pylist() == result.table["id"].to_pylist()
     with pytest.raises(FileNotFoundError, match="html input .* does not exist"):
         HtmlReader("local").read(str(pages / "missing"))
+
+
+def test_pages_given_one_file_each_keep_the_folders_that_tell_them_apart(tmp_path, monkeypatch):
+    """Suites save every case as `CASE/source.html`: named one by one (a glob), each page's url and id are its own."""
+    for case in ("first", "second"):
+        write(tmp_path / "suite" / case / "source.html", page("Same page"))
+    monkeypatch.chdir(tmp_path)
+    tables = [HtmlReader("local").read(os.path.join("suite", case, "source.html")).table for case in ("first", "second")]
+    assert [table["url"][0].as_py() for table in tables] == ["suite/first/source.html", "suite/second/source.html"]
+    assert tables[0]["id"] != tables[1]["id"] and tables[0]["warc_file"][0].as_py() == "suite/first/source.html"
 
 
 def test_a_page_over_the_limit_on_disk_or_gunzipped_is_counted(tmp_path):
@@ -101,7 +112,7 @@ def test_a_warc_source_reads_folders_and_pages_as_html_beside_its_warc_files(pag
     spec = SourceSpec(kind="warc", max_payload_bytes=1_000_000)
     folder = read_input(spec, "s", str(pages))
     assert folder.table.num_rows == 6 and folder.dropped["not_html"] == 3
-    assert read_input(spec, "s", str(pages / "index.html")).table["url"].to_pylist() == ["index.html"]
+    assert read_input(spec, "s", str(pages / "index.html")).table["url"].to_pylist() == [str(pages / "index.html")]
     assert read_input(spec, "s", str(warc)).table["warc_file"].to_pylist()[0] == str(warc)  # still a WARC file
     batched = ReadResult(READ_SCHEMA.empty_table())
     assert sum(t.num_rows for t in read_batches(SourceSpec(kind="html", batch_documents=5), "s", str(pages), batched)) == 6

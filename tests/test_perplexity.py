@@ -2,9 +2,11 @@
 the end-of-text token), long documents in windows that score every token once, CCNet's buckets and a threshold, and
 folders that are not a causal model with its tokenizer refused in one line at recipe load."""
 
+import json
 import math
 import random
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -114,6 +116,43 @@ def test_buckets_keep_and_threshold(model):
     assert capped.kept.num_rows == int((bpb <= np.median(bpb)).sum()) and set(capped.dropped) == {"perplexity_above_threshold"}
 
 
+@pytest.mark.parametrize("rule", [{}, {"cutoffs": [0.5, 100.0]}, {"threshold": 100.0}])
+def test_empty_or_blank_text_gets_no_score_and_is_dropped_as_empty_text(model, rule):
+    """It has no bytes to score: it once counted 0 bits per byte, the best bucket."""
+    documents = ["the river.", "", " \n\t ", "bread and fish!"]
+    result = PerplexityScorer(PerplexityScorer.Params(model_path=str(model), **rule)).process(table_of(documents))
+    assert result.kept["id"].to_pylist() == ["d0", "d3"] and result.dropped == {"empty_text": 2}
+    assert result.removed["perplexity_bpb"].to_pylist() == [None, None]
+    np.testing.assert_allclose(result.kept["perplexity_bpb"].to_numpy(), [direct_bits_per_byte(model, documents[0]),
+                                                                         direct_bits_per_byte(model, documents[3])], rtol=1e-5)  # fmt: skip
+    if "cutoffs" in rule:
+        assert result.kept["perplexity_bucket"].to_pylist() == ["middle", "middle"]
+        assert result.removed["perplexity_bucket"].to_pylist() == [None, None]
+        assert result.stats["perplexity_buckets"] == {"middle": 2}
+
+
+def test_with_max_tokens_a_huge_document_is_cut_before_it_is_tokenized_and_scores_the_same(model, monkeypatch):
+    """A 26 MB page was tokenized whole (86 s) to score its first tokens."""
+    import filters.perplexity
+
+    huge = " ".join(texts(20000, seed=7))
+    stage = PerplexityScorer(PerplexityScorer.Params(model_path=str(model), max_tokens=40))
+    stage.ready()
+    lengths: list[int] = []
+    tokenize = type(stage.tokenizer).__call__
+
+    def measured(tokenizer, documents, **options):
+        lengths.extend(len(text) for text in documents)
+        return tokenize(tokenizer, documents, **options)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(type(stage.tokenizer), "__call__", measured)
+        cut = stage.process(table_of([huge, "the river."])).kept["perplexity_bpb"].to_numpy()
+    assert len(huge) > 500_000 and max(lengths) == 40 * filters.perplexity.CHARS_PER_TOKEN_BOUND
+    monkeypatch.setattr(filters.perplexity, "CHARS_PER_TOKEN_BOUND", len(huge))  # tokenized whole, as before
+    np.testing.assert_allclose(cut, stage.process(table_of([huge, "the river."])).kept["perplexity_bpb"].to_numpy(), rtol=1e-6)
+
+
 def test_what_is_not_a_causal_model_with_its_tokenizer_is_one_line_at_recipe_load(model, tmp_path):
     from transformers import BertConfig, BertForSequenceClassification
 
@@ -122,9 +161,15 @@ def test_what_is_not_a_causal_model_with_its_tokenizer_is_one_line_at_recipe_loa
                                              intermediate_size=16)).save_pretrained(classifier)  # fmt: skip
     (classifier / "tokenizer.json").write_text((model / "tokenizer.json").read_text())
     (classifier / "tokenizer_config.json").write_text((model / "tokenizer_config.json").read_text())
+    ships_code = tmp_path / "ships-code"  # its tokenizer names a class in a Python file beside it
+    shutil.copytree(model, ships_code)
+    settings = json.loads((ships_code / "tokenizer_config.json").read_text())
+    (ships_code / "tokenizer_config.json").write_text(json.dumps({**settings, "auto_map": {"AutoTokenizer": [None, "custom.Fast"]}}))
     cases = {
         str(tmp_path / "nowhere"): re.escape(f"model folder not found: {tmp_path / 'nowhere'}"),
         str(classifier): re.escape(f"{classifier} is a BertForSequenceClassification, not a causal language model"),
+        str(ships_code): re.escape(f"{ships_code} ships code that runs when it loads (auto_map in its tokenizer_config.json): "
+                                   "set `trust_remote_code: true` in the stage if you trust it"),
     }
     for path, message in cases.items():
         with pytest.raises(RecipeError) as error:

@@ -4,13 +4,19 @@ prints held-out Spearman and AUC beside fastText's on the same split."""
 
 import json
 import random
+import re
+import shlex
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
+import yaml
+from transformers import AutoConfig
 
 from curation import quality_model
 from curation.cli import main
+from curation.recipe import parse_recipe
 from filters.model_score import ModelScorer
 from tests.test_model_score import WORDS, save_model
 from tests.test_perplexity import save_causal_model
@@ -78,6 +84,31 @@ def test_a_class_head_on_a_decoder_over_mean_pooled_states_or_its_last_token(tmp
     np.testing.assert_allclose(scored(tmp_path / "last", texts[:20], positive_class="1", max_tokens=64), theirs, atol=1e-5)
 
 
+def test_the_guides_example_exports_the_encoder_it_trains_a_head_on(tmp_path, monkeypatch):
+    """docs/curating.md's two commands as written, on a tiny `train` run and a small labelled file in place of the
+    shared corpus: the encoder folder the second reads is the one the first writes."""
+    import pyarrow.parquet as pq
+
+    from experiments.cli import train_main
+    from tests.test_training_units import tiny_run
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "curating.md").read_text()
+    section = guide[guide.index("### Training a classifier from annotations") :]
+    block = section[section.index("```bash\n") + len("```bash\n") : section.index("\n```\n", section.index("```bash\n"))]
+    export, train_model = (shlex.split(line, comments=True) for line in block.replace("\\\n", " ").splitlines())
+    assert export[:2] == ["train", "export"] and train_model[:3] == ["curate", "quality", "train-model"]
+    assert train_model[train_model.index("--encoder") + 1] == export[export.index("--out") + 1]
+    monkeypatch.chdir(tmp_path)
+    rows = labelled(120, seed=2)
+    tiny_run(Path(export[export.index("--checkpoint") + 1]), [text for text, _ in rows])
+    pq.write_table(pa.table({"text": [t for t, _ in rows], "score": [s for _, s in rows]}), "labelled.parquet")
+    train_model[train_model.index("--labelled") + 1] = "labelled.parquet"
+    assert train_main(export[1:]) == 0
+    assert main(train_model[1:]) == 0
+    assert json.loads(Path(train_model[train_model.index("--out") + 1], "config.json").read_text())["architectures"] == [
+        "LlamaForSequenceClassification"]  # fmt: skip
+
+
 def test_the_cli_prints_held_out_spearman_and_auc_beside_fasttext(tmp_path, capsys):
     encoder = save_model(tmp_path / "encoder", 1, seed=4)
     rows = labelled(200, seed=2)
@@ -89,7 +120,25 @@ def test_the_cli_prints_held_out_spearman_and_auc_beside_fasttext(tmp_path, caps
     distinct = len({t for t, _ in rows})
     assert f"220 labelled documents, {distinct} distinct" in printed
     assert "head on the encoder" in printed and "fastText, same split" in printed and "AUC of label >= 3" in printed
+    interval = r"\[-?\d\.\d{3}, -?\d\.\d{3}\]"  # `(-0.045-0.509)` read as a subtraction
+    assert len(re.findall(rf"Spearman -?\d\.\d{{3}} {interval}   AUC of label >= 3: \d\.\d{{3}} {interval}\n", printed)) == 2
     assert (tmp_path / "edu" / "config.json").exists() and (tmp_path / "edu" / "tokenizer.json").exists()
     assert main(["quality", "train-model", "--labelled", str(data), "--label-field", "score", "--encoder",
                  str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")]) == 2  # fmt: skip
     assert capsys.readouterr().err.strip() == f"curate: encoder folder not found: {tmp_path / 'nowhere'}"
+
+
+def test_for_a_class_head_the_cli_prints_the_stage_with_its_positive_class_quoted(tmp_path, capsys):
+    """Labels 1-3 make classes "1", "2", "3" at indices 0-2: the printed stage names the top class as a quoted label,
+    which loads as it reads."""
+    encoder = save_model(tmp_path / "encoder", 3, seed=4)  # its head already has the three outputs the fit replaces
+    data = tmp_path / "labelled.jsonl"
+    data.write_text("\n".join(json.dumps({"text": t, "label": 1 + label // 2}) for t, label in labelled(120, seed=3)))
+    out = tmp_path / "classes"
+    assert main(["quality", "train-model", "--labelled", str(data), "--encoder", str(encoder), "--out", str(out),
+                 "--task", "classes", "--positive-from", "2", "--max-tokens", "64"]) == 0  # fmt: skip
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("classifier -> "))
+    assert line == f"classifier -> {out} (model_score: {{model_path: {out}, positive_class: '3'}})"
+    params = yaml.safe_load(line.split("model_score: ", 1)[1][:-1])
+    stage = parse_recipe({"name": "q", "stages": [{"stage": "model_score", "params": params}]}, "q.yaml").build(0)
+    assert stage.params.positive_class == "3" and stage.params.positive_index(AutoConfig.from_pretrained(out)) == 2

@@ -3,6 +3,7 @@ driver's never is (the same folder used from another shell, or `curate tokenize`
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -34,6 +35,23 @@ def test_a_ray_is_stopped_only_once_its_driver_is_gone(tmp_path, monkeypatch):
         assert ray_worker.wait(timeout=10) == -9 and not record.exists()
     finally:
         ray_worker.kill()
+
+
+def test_a_ray_address_where_nothing_listens_is_one_line_within_seconds(sample_snapshot, tmp_path):
+    """Ray itself retried for minutes there, printing `Failed to get cluster ID from GCS server: TimedOut`."""
+    with socket.socket() as closed:  # bound and never listening: a connection to it is refused
+        closed.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+        done = subprocess.run([sys.executable, "-m", "curation", "run", "fineweb-snapshot", "--input",
+                               f"{sample_snapshot}/*.warc.gz", "--output", str(tmp_path / "run"), "--ray-address", address],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        with pytest.raises(SystemExit, match=f"no Ray cluster answers at --ray-address ray://{address} "):
+            ray_session._check_reachable(f"ray://{address}")  # Ray Client's address, as its grpcio would dial it
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"no Ray cluster answers at --ray-address {address} " in done.stderr
+    with socket.create_server(("", 0)) as listening:  # a port that answers is left to ray.init
+        ray_session._check_reachable(f"127.0.0.1:{listening.getsockname()[1]}")
 
 
 def _running(pid: int) -> bool:

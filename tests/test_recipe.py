@@ -107,3 +107,39 @@ def test_curate_run_usage_errors_are_one_line_before_ray_starts(tmp_path):
                                *arguments], capture_output=True, text=True, cwd=tmp_path, timeout=120)  # fmt: skip
         assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr, (arguments, done.stderr)
         assert not (tmp_path / "out").exists()
+
+
+def test_a_column_written_twice_is_refused_unless_the_stage_says_overwrite(tmp_path):
+    from tests.test_model_score import save_model
+
+    model = save_model(tmp_path / "model", 1, 0)
+    two = f"name: t\nstages:\n  - stage: model_score\n    params: {{model_path: {model}}}\n  - stage: model_score\n    params: {{model_path: {model}}}\n"
+    with pytest.raises(RecipeError, match=r"stages\[1\] \(model_score\) would overwrite the `model_score` column that "
+                                          r"stages\[0\] \(model_score\) writes: give it another column, or `overwrite: true`"):
+        load_recipe(write(tmp_path, two))
+    allowed = load_recipe(write(tmp_path, two + "    overwrite: true\n"))
+    assert allowed.build(1).overwrite and not allowed.build(0).overwrite
+    first = allowed.stages[0]  # `overwrite` left out of the identity unless set: runs made before it keep their hashes
+    assert first.identity() == {"stage": "model_score", "params": {"model_path": str(model)}} and "overwrite" in allowed.stages[1].identity()
+    assert load_recipe("code-corpus").stages[0].stage == "license"  # it rewrites the source's license on purpose
+
+
+def test_a_stage_over_a_column_of_the_parquet_input_is_refused_before_ray_starts(tmp_path):
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.test_model_score import save_model
+
+    model = save_model(tmp_path / "model", 1, 0)
+    pq.write_table(pa.table({"id": ["a"], "text": ["some words"], "score": pa.array([3], pa.int8())}), tmp_path / "in.parquet")
+    recipe = write(tmp_path, f"name: t\nsource: {{kind: parquet}}\nstages:\n  - stage: model_score\n    params: {{model_path: {model}, column: score}}\n")
+    done = subprocess.run([sys.executable, "-m", "curation", "run", recipe, "--input", str(tmp_path / "in.parquet"), "--output",
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"curate: t on {tmp_path / 'in.parquet'}: stages[0] (model_score) would overwrite the `score` column that the "
+        "source writes: give it another column, or `overwrite: true` on the stage"
+    ]
+    assert not (tmp_path / "out").exists()

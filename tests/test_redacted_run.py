@@ -28,14 +28,16 @@ def curate(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "curation", *args], capture_output=True, text=True, timeout=600)
 
 
-def holding_secrets(run: Path) -> list[str]:
-    """The Parquet files of the run (removed documents aside) whose text holds a planted secret."""
+def holding_secrets(run: Path, planted: tuple[str, ...] = (KEY, PASSWORD)) -> list[str]:
+    """Every file of the run (parts, removed documents, reports, stats.json, the manifest) that holds a planted secret,
+    as bytes or, for Parquet, as its decoded rows."""
     found = []
-    for path in sorted(run.rglob("*.parquet")):
-        if "removed" not in path.relative_to(run).parts:
-            text = str(pq.read_table(path).to_pylist())
-            if KEY in text or PASSWORD in text:
-                found.append(str(path.relative_to(run)))
+    for path in sorted(p for p in run.rglob("*") if p.is_file()):
+        text = path.read_bytes().decode("utf-8", "replace")
+        if path.suffix == ".parquet":
+            text += str(pq.read_table(path).to_pylist())
+        if any(secret in text for secret in planted):
+            found.append(str(path.relative_to(run)))
     return found
 
 
@@ -51,7 +53,7 @@ def test_boundary_parts_before_redaction_are_deleted_and_the_run_still_resumes(t
     assert kept.returncode == 0, kept.stdout + kept.stderr
     assert holding_secrets(unsafe) == ["04_code_signals/part-00000.parquet", "05_dedup_exact/part-00000.parquet"]
 
-    done = curate("run", "code-corpus", "--input", str(repository), "--output", str(run), "--num-cpus", "1")
+    done = curate("run", "code-corpus", "--input", str(repository), "--output", str(run), "--num-cpus", "1", "--keep-removed")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Token authentication" not in done.stderr  # Ray's warning on every command, once
     assert "deleted the parts of 04_code_signals, 05_dedup_exact" in " ".join(done.stdout.split())
@@ -59,17 +61,39 @@ def test_boundary_parts_before_redaction_are_deleted_and_the_run_still_resumes(t
     texts = pq.read_table(final)["text"].to_pylist()
     assert any("<KEY>" in text and "<PASSWORD>" in text for text in texts)
     assert holding_secrets(run) == [] and sorted(p.name for p in run.glob("0*")) == ["09_decontam"]
+    assert any((run / "removed").rglob("*.parquet"))  # the removed documents are there, redacted
     assert pq.read_table(final).equals(pq.read_table(unsafe / "09_decontam" / "part-00000.parquet"))
 
     written = final.stat().st_mtime_ns
-    again = curate("run", "code-corpus", "--input", str(repository), "--output", str(run), "--num-cpus", "1")
+    again = curate("run", "code-corpus", "--input", str(repository), "--output", str(run), "--num-cpus", "1", "--keep-removed")
     assert again.returncode == 0 and "resumed: 10 stage-shard(s)" in again.stdout and final.stat().st_mtime_ns == written
 
     final.unlink()  # what `curate tokenize` refuses, and tells to rerun `curate run` for
-    redone = curate("run", "code-corpus", "--input", str(repository), "--output", str(run), "--num-cpus", "1")
+    redone = curate("run", "code-corpus", "--input", str(repository), "--output", str(run), "--num-cpus", "1", "--keep-removed")
     assert redone.returncode == 0, redone.stdout + redone.stderr
     assert pq.read_table(final).equals(pq.read_table(unsafe / "09_decontam" / "part-00000.parquet"))
     assert holding_secrets(run) == []
+
+
+def test_a_text_run_keeping_removed_documents_holds_no_planted_address_in_any_file(tmp_path):
+    """PII in documents a stage before `pii` drops (a duplicate, a short page) is redacted before removed/ keeps it;
+    stats.json's samples show the redacted text only."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    page = ("The river runs past the old mill before it reaches the town, where the bridge was rebuilt last year.\n"
+            "In spring the hills turn green and the walkers come back to the paths along the water.\n"
+            "The maps of the valley show every farm, every footpath and the two roads over the pass.\n"
+            "Anyone who wants a printed copy of the maps can write to {} and ask for one.\n"
+            "The weather in autumn is mild, although the mornings are often foggy near the river banks.\n")
+    for name in ("a", "b"):  # b is a's exact duplicate: dropped by dedup_exact, before pii
+        (folder / f"{name}.md").write_text(page.format("jane.rivers@gmail.com"))
+    (folder / "c.md").write_text(page.format("tom.hills@gmail.com").replace("rivers", "lakes"))
+    run = tmp_path / "run"
+    done = curate("run", "text-corpus", "--input", str(folder), "--output", str(run), "--num-cpus", "1", "--keep-removed")
+    assert done.returncode == 0, done.stdout + done.stderr
+    removed = [row for path in (run / "removed").rglob("*.parquet") for row in pq.read_table(path).to_pylist()]
+    assert removed and (run / "05_pii" / "part-00000.parquet").exists()
+    assert holding_secrets(run, ("jane.rivers@gmail.com", "tom.hills@gmail.com")) == []
 
 
 def test_tokenize_refuses_a_curated_part_changed_after_curate_run_wrote_it(tmp_path):

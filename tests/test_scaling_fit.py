@@ -215,3 +215,10 @@ def test_a_diverging_bootstrap_refit_leaves_the_forecast_interval_finite():
     laws = scaling_fit.bootstrap(N, D, L, samples=200, seed=0)
     low, high = scaling_fit.interval([law.loss(101880, 5945344) for law in laws])
     assert len(laws) > 150 and np.isfinite([low, high]).all() and low <= point <= high
+
+
+@pytest.mark.parametrize("budget", [0.0, -5.0, float("nan"), float("inf")])
+def test_a_budget_no_law_answers_is_refused_in_one_line(budget):
+    """0 divided by zero and a negative budget gave NaN numbers marked identified."""
+    with pytest.raises(ValueError, match="^scaling_fit: budget .* FLOPs: a compute budget is a finite number of FLOPs above 0"):
+        scaling_fit.summarize(ladder_points(), budgets=[1e21, budget], samples=2)

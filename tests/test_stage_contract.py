@@ -76,10 +76,13 @@ def test_no_two_stages_write_the_same_column_but_text():
     shared = {column: names for column, names in writers.items() if len(names) > 1 and column != "text"}
     assert shared == {"language": ["langid", "code_language"]}
     both = {"name": "x", "stages": [{"stage": "langid"}, {"stage": "code_language"}]}
-    with pytest.raises(RecipeError, match=r"x.yaml: stages\[1\] \(code_language\) would overwrite the `language` column that langid writes"):
+    with pytest.raises(RecipeError, match=r"x.yaml: stages\[1\] \(code_language\) would overwrite the `language` column that stages\[0\] \(langid\) writes"):
         parse_recipe(both, "x.yaml")
     twice = {"name": "x", "stages": [{"stage": "pii"}, {"stage": "pii", "params": {"entities": ["EMAIL_ADDRESS"]}}]}
-    assert len(parse_recipe(twice, "x.yaml").stages) == 2  # a stage used twice owns its columns
+    with pytest.raises(RecipeError, match=r"stages\[1\] \(pii\) would overwrite the `pii_counts` column that stages\[0\] \(pii\) writes"):
+        parse_recipe(twice, "x.yaml")  # the second one's counts would replace the first one's, silently
+    twice["stages"][1]["overwrite"] = True
+    assert len(parse_recipe(twice, "x.yaml").stages) == 2
     assert {"exact_cluster", "exact_cluster_size"} <= set(STAGES["dedup_exact"].adds)
     assert {"near_cluster", "near_cluster_size"} <= set(STAGES["minhash"].adds)
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -15,6 +16,7 @@ from tokenizers import Tokenizer
 
 from curation.cli import main
 from curation.tokenize import EOS, TOKENIZER_FILE, train_tokenizer
+from tests.conftest import interruptible
 
 
 def curated_run(folder, source: str, texts: list[str], parts: int = 1):
@@ -59,6 +61,16 @@ def test_a_folder_that_is_not_a_run_is_named(tmp_path, capsys):
     assert main(["tokenize", web, str(tmp_path / "nothing")]) == 2
     assert "nothing has no manifest.json" in capsys.readouterr().err
     assert not (tmp_path / "web" / "tokens").exists()  # every run is checked before any is written
+
+
+def test_report_and_stats_of_a_token_folder_name_its_run_in_one_line(tmp_path, capsys):
+    """RUN/tokens has a stats.json too, of tokens: `curate report` and `curate stats` name the run folder to give."""
+    web = curated_run(tmp_path / "web", "web", [f"document {i} of the web" for i in range(50)])
+    assert main(["tokenize", web, "--vocab-size", "300", "--num-cpus", "1"]) == 0
+    capsys.readouterr()
+    for command in ("report", "stats"):
+        assert main([command, f"{web}/tokens"]) == 2
+        assert capsys.readouterr().err == f"curate: {web}/tokens is a token folder (written by `curate tokenize`), not a run folder: name its run, {web}\n"
 
 
 def test_tokenize_holds_out_a_validation_slice_by_id_hash(tmp_path, capsys):
@@ -223,6 +235,41 @@ def test_tokenize_killed_mid_run_resumes_to_the_output_of_an_uninterrupted_run(t
     assert sorted(ids) == sorted(f"web-{i}" for i in range(len(texts)))
 
 
+@pytest.mark.slow
+def test_ctrl_c_while_the_tokenizer_trains_stops_at_once_in_one_line(tmp_path):
+    """BPE's merges run in Rust without a look at signals: trained in the driver, Ctrl-C waited for them (4-5 s on 4.6
+    MB of text here, minutes on the 64 MiB default sample). Trained in a Ray worker, the driver stops from ray.get and
+    stopping Ray ends that worker. 300k distinct made-up words keep the merges busy for seconds."""
+    import random
+
+    rng = random.Random(0)
+    made_up = [" ".join("".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(3, 10))) for _ in range(1000))
+               for _ in range(300)]  # fmt: skip
+    run = curated_run(tmp_path / "web", "web", made_up, parts=4)
+    process = interruptible([sys.executable, "-m", "curation", "tokenize", run, "--num-cpus", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline, training = time.monotonic() + 300, []
+    while not training and process.poll() is None and time.monotonic() < deadline:
+        training = [p for p in psutil.Process(process.pid).children(recursive=True) if _is_training(p)]
+        time.sleep(0.02)
+    assert training and process.poll() is None, "the tokenizer was not trained in a Ray worker"
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=20)  # not a wait for the merges to end
+    assert process.returncode == 130, stderr
+    assert stderr.strip().splitlines() == ["curate tokenize: stopped; rerun the same command to resume (finished work is kept)"]
+    assert not (tmp_path / "web" / "tokens" / TOKENIZER_FILE).exists()
+    psutil.wait_procs(training, timeout=20)
+    assert not [p for p in training if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def _is_training(process) -> bool:
+    """A Ray worker runs a task under the title ray::FUNCTION."""
+    try:
+        return "_train_on_worker" in " ".join(process.cmdline())
+    except psutil.Error:
+        return False
+
+
 def test_an_unreadable_part_fails_alone_with_one_line_naming_it_and_train_refuses_the_unfinished_folder(tmp_path, capsys):
     """The part tokenized before with another tokenizer is deleted before the run, not left beside the new ones, and
     the folder (parts/ without stats.json) is refused by the check `train` runs before its first step."""
@@ -295,6 +342,25 @@ def test_tokenize_refuses_a_run_whose_listed_part_is_missing(tmp_path, capsys):
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and "1 of the 3 parts" in error and "part-00001.parquet" in error
     assert "rerun `curate run`" in error and not (tmp_path / "web" / "tokens").exists()
+
+
+def test_tokenize_refuses_a_run_that_curate_run_is_writing_naming_its_pid(tmp_path, capsys):
+    """A run still being written has unfinished shards; the refusal names the live writer, not a rerun of it."""
+    from curation.run_folder import LOCK_FILE
+    from shard_contract import folder_lock
+
+    run = curated_run(tmp_path / "web", "web", prose(1), parts=3)
+    manifest = json.loads((tmp_path / "web" / "manifest.json").read_text())
+    del manifest["stages"]["01_last"]["shards"]["2"]  # the writer is still on its last shard
+    (tmp_path / "web" / "manifest.json").write_text(json.dumps(manifest))
+    lock = folder_lock.acquire(run, LOCK_FILE, "curate run")
+    try:
+        assert main(["tokenize", run, "--vocab-size", "300"]) == 2
+    finally:
+        folder_lock.release(run, lock)
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and f"in use by curate run (pid {os.getpid()} " in error, error
+    assert "rerun `curate run`" not in error and not (tmp_path / "web" / "tokens").exists()
 
 
 def test_train_refuses_a_token_shard_its_stats_list_but_the_folder_lacks(tmp_path, capsys):

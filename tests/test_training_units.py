@@ -5,6 +5,7 @@ import inspect
 import json
 import math
 import os
+import re
 import socket
 import string
 import subprocess
@@ -609,6 +610,15 @@ def test_the_guide_says_which_spikes_in_a_row_are_acted_on():
     assert [detect(6.0) for _ in range(patience)] == ["spike"] * (patience - 1) + [None]
 
 
+def test_the_guide_quotes_the_loss_parity_bound_the_layouts_are_held_to():
+    """tests/test_parallelism.py holds every layout to LOSS_PARITY_RTOL; docs/training.md states that number."""
+    from training.parallelize import LOSS_PARITY_RTOL
+
+    guide = " ".join((Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text().split())
+    quoted = re.search(r"validation loss per source within (\S+) relative of one rank", guide)
+    assert quoted and float(quoted.group(1)) == LOSS_PARITY_RTOL
+
+
 def test_a_resume_scored_on_another_held_out_slice_is_refused(three_sources, tmp_path):
     import subprocess
     import sys
@@ -783,3 +793,31 @@ def test_read_parquet_reads_the_columns_asked_in_their_order_and_names_a_missing
         assert read_parquet(path, ["n_tokens", "id"]).equals(table.select(["n_tokens", "id"]))
         with pytest.raises(ValueError, match=f"{path} has no column split"):
             read_parquet(path, ["id", "split"])
+
+
+def tiny_run(run: Path, texts: list[str]) -> Path:
+    """A `train` run folder as `train export` reads it: the tiny model at its first weights in a one-rank checkpoint,
+    its model.json and a tokenizer trained on `texts`; returns the checkpoint."""
+    import torch.distributed.checkpoint as dcp
+
+    from training import checkpoint
+    from training.export import write_model_config
+
+    step = run / "checkpoints" / "step-1"
+    dcp.save({"model": Transformer(MODEL_CONFIGS["tiny"]).state_dict()}, checkpoint_id=str(step), no_dist=True)
+    (step / checkpoint.STATE_FILE).write_text("{}")
+    write_model_config(run, MODEL_CONFIGS["tiny"])
+    (run / "tokenizer.json").write_text(train_tokenizer(texts, 300).to_str())
+    return step
+
+
+def test_export_into_an_existing_file_is_one_line_naming_it_before_the_checkpoint_is_read(tmp_path, capsys):
+    """`train export --out FILE` ended in mkdir's traceback after loading the model; it is refused first."""
+    from training.cli import main
+
+    step = tiny_run(tmp_path / "run", ["a few words of text"] * 20)
+    (tmp_path / "model.bin").write_text("an earlier export's file")
+    for out, where in (("model.bin", "is an existing file"), ("model.bin/hf", f"is inside {tmp_path / 'model.bin'}, an existing file")):
+        assert main(["export", "--checkpoint", str(step), "--out", str(tmp_path / out)]) == 2
+        assert capsys.readouterr().err == f"train export: --out {tmp_path / out} {where}; name a folder (a missing one is made)\n"
+    assert main(["export", "--checkpoint", str(step), "--out", str(tmp_path / "hf")]) == 0 and (tmp_path / "hf" / "config.json").exists()

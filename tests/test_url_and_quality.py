@@ -64,7 +64,8 @@ def test_scoring_stage_threshold_top_fraction_and_cli(labelled, tmp_path, capsys
     assert not (tmp_path / "model.combiner.json").exists()
     assert main(["quality", "eval", "--model", str(model), str(data)]) == 0
     printed = capsys.readouterr().out
-    assert "AUC model (fastText):" in printed and "AUC length only" in printed and "95% bootstrap interval" in printed
+    assert "AUC model (fastText):" in printed and "AUC length only" in printed and "95% bootstrap interval [0." in printed
+    assert quality.interval_text((-0.0451, 0.5089)) == "[-0.045, 0.509]"
     assert "with signals" not in printed
     texts = [t for t, _ in labelled[:40]]
     table = pa.table({"id": [str(i) for i in range(40)], "text": texts})

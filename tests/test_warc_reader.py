@@ -4,11 +4,12 @@ import io
 import os
 import zlib
 
+import brotli
 import pyarrow as pa
 import pytest
 
-from curation.sources.warc import WarcReader, iter_gzip_members, iter_records
-from tests.conftest import shared
+from curation.sources.warc import WarcReader, iter_gzip_members, iter_records, payload_digest
+from tests.conftest import SHARED_CORPUS, SHARED_DATA, shared
 
 
 def gzip_members(raw: bytes) -> list[tuple[int, int]]:
@@ -49,6 +50,111 @@ def test_wet_file_gives_text_without_html():
     row = result.table.to_pylist()[0]
     assert row["html"] is None and row["url"] == "https://an.wikipedia.org/wiki/Escopete"
     assert "Escopete" in row["text"]
+
+
+HTML_MIMES = ("text/html", "application/xhtml+xml")
+
+
+def warcio_documents(path) -> dict[str, bytes | str]:
+    """What warcio (datatrove's WARC reader) gives of a file, by record id: the decoded body of each HTML 200 response
+    and the text of each WET conversion record."""
+    from warcio.archiveiterator import ArchiveIterator
+
+    documents = {}
+    with open(path, "rb") as handle:
+        for record in ArchiveIterator(handle):
+            http = record.http_headers
+            if record.rec_type == "conversion":
+                documents[record.rec_headers.get_header("WARC-Record-ID")] = record.content_stream().read().decode("utf-8", "replace")
+            elif (
+                record.rec_type == "response"
+                and http
+                and http.get_statuscode() == "200"
+                and (http.get_header("content-type") or "").split(";")[0].strip().lower() in HTML_MIMES
+            ):
+                documents[record.rec_headers.get_header("WARC-Record-ID")] = record.content_stream().read()
+    return documents
+
+
+def test_every_shared_warc_file_keeps_what_warcio_reads():
+    """Each WARC/WET/WAT file of the shared folders (pywb, node-warc, Internet Archive, UKWA, wget, Common Crawl)
+    gives at least the documents warcio finds in it, each with warcio's body: chunked bodies, bodies stored de-chunked
+    under `Transfer-Encoding: chunked`, and gzip bodies included."""
+    pytest.importorskip("warcio", reason="the comparison with warcio needs `pip install warcio` (the test extra)")
+    folders = [folder for folder in (SHARED_CORPUS / "warc", SHARED_DATA / "warc") if folder.is_dir()]
+    if not folders:
+        pytest.skip(f"{SHARED_CORPUS / 'warc'} and {SHARED_DATA / 'warc'} are absent (see their READMEs)")
+    paths = sorted(path for folder in folders for path in folder.rglob("*.warc*") if path.is_file())
+    problems = []
+    for path in paths:
+        expected = warcio_documents(path)
+        rows = WarcReader("x").read(str(path)).table.select(["warc_record_id", "html", "text"]).to_pylist()
+        ours = {row["warc_record_id"]: row["html"] if row["html"] is not None else row["text"] for row in rows}
+        if len(ours) < len(expected):
+            problems.append(f"{path}: ours {len(ours)}, warcio {len(expected)}")
+        problems += [f"{path}: {record_id} differs from warcio's body" for record_id in expected.keys() & ours.keys()
+                     if ours[record_id] != expected[record_id]]  # fmt: skip
+    assert paths and not problems, "\n".join(problems)
+
+
+PAGE = b"<!doctype html>\n<html><body><p>A page long enough to be sent in several chunks.</p></body></html>\n"
+
+
+def chunked(data: bytes, size: int = 16) -> bytes:
+    """data in HTTP/1.1 chunks of `size` bytes (a chunk extension on the first), then the last chunk."""
+    pieces = [data[at : at + size] for at in range(0, len(data), size)]
+    ext = [b";ext=1"] + [b""] * (len(pieces) - 1)
+    return b"".join(b"%x%s\r\n%s\r\n" % (len(piece), e, piece) for piece, e in zip(pieces, ext)) + b"0\r\n\r\n"
+
+
+def read_response(tmp_path, http_headers: bytes, body: bytes, digest: str | None = None):
+    """Read a WARC holding one HTTP 200 HTML response with these extra headers, this body as stored, and a
+    WARC-Payload-Digest where given."""
+    block = b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\n" + http_headers + b"\r\n" + body
+    digest_header = f"WARC-Payload-Digest: {digest}\r\n".encode() if digest else b""
+    record = (b"WARC/1.0\r\nWARC-Type: response\r\nWARC-Record-ID: <urn:uuid:one>\r\nWARC-Target-URI: http://example.com/\r\n"
+              + digest_header + b"Content-Type: application/http; msgtype=response\r\nContent-Length: %d\r\n\r\n" % len(block)
+              + block + b"\r\n\r\n")  # fmt: skip
+    path = tmp_path / "one.warc"
+    path.write_bytes(record)
+    return WarcReader("x").read(str(path))
+
+
+@pytest.mark.parametrize(
+    "http_headers, body, html",
+    [
+        pytest.param(b"Transfer-Encoding: chunked\r\n", chunked(PAGE), PAGE, id="chunked"),
+        pytest.param(b"Transfer-Encoding: chunked\r\n", chunked(PAGE)[:40], PAGE[:24], id="chunked-cut-short"),
+        # pywb's iana.org capture: the body stored de-chunked, the header kept, its length unknown
+        pytest.param(b"Transfer-Encoding: chunked\r\nContent-Length: -1\r\n", b"\n" + PAGE, b"\n" + PAGE, id="stored-de-chunked"),
+        pytest.param(b"Content-Encoding: gzip\r\n", gzip.compress(PAGE), PAGE, id="gzip"),
+        pytest.param(b"Content-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n", chunked(gzip.compress(PAGE)), PAGE, id="gzip-in-chunks"),
+        # the Internet Archive's example.pdf.warc.gz: gzip stored de-chunked under both headers
+        pytest.param(b"Content-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n", gzip.compress(PAGE), PAGE, id="gzip-stored-de-chunked"),
+        pytest.param(b"Content-Encoding: gzip\r\n", PAGE, PAGE, id="gzip-stored-decoded"),
+        pytest.param(b"Content-Encoding: deflate\r\n", zlib.compress(PAGE), PAGE, id="deflate"),
+        pytest.param(b"Content-Encoding: deflate\r\n", zlib.compress(PAGE)[2:-4], PAGE, id="raw-deflate"),
+        pytest.param(b"Content-Encoding: br\r\n", brotli.compress(PAGE), PAGE, id="brotli"),
+        # a first line that parses as a chunk size, then no CRLF after the chunk: not chunks, kept as stored
+        pytest.param(b"Transfer-Encoding: chunked\r\n", b"a\r\n0123456789 and on", b"a\r\n0123456789 and on", id="claims-chunked-is-not"),
+        pytest.param(b"Transfer-Encoding: chunked\r\n", PAGE, PAGE, id="claims-chunked-html"),
+    ],
+)  # fmt: skip
+def test_transfer_and_content_encodings_decode_as_warcio_does(tmp_path, http_headers, body, html):
+    result = read_response(tmp_path, http_headers, body)
+    assert not result.dropped
+    assert result.table["html"].to_pylist() == [html]
+
+
+@pytest.mark.parametrize("hashed", ["stored", "de-chunked"])
+def test_payload_digest_of_a_chunked_body_matches_as_stored_or_de_chunked(tmp_path, hashed):
+    """The WARC spec hashes the entity body (transfer coding removed), most crawlers hash the bytes as stored: either
+    matches, and a digest of other bytes is a mismatch."""
+    body = chunked(PAGE)
+    result = read_response(tmp_path, b"Transfer-Encoding: chunked\r\n", body, payload_digest(body if hashed == "stored" else PAGE))
+    assert result.table["html"].to_pylist() == [PAGE]
+    tampered = read_response(tmp_path, b"Transfer-Encoding: chunked\r\n", body, payload_digest(PAGE + b" "))
+    assert dict(tampered.dropped) == {"digest_mismatch": 1}
 
 
 def html_responses(raw: bytes, kept_record_ids: set[str]) -> list[tuple[int, tuple[int, int], str]]:

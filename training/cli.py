@@ -118,6 +118,11 @@ def cmd_export(argv: list[str]) -> int:
     parser.add_argument("--out", required=True, help="folder to write the model into")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="dtype of the saved weights")
     args = parser.parse_args(argv)
+    blocking = next((path for path in (Path(args.out), *Path(args.out).parents) if path.exists() and not path.is_dir()), None)
+    if blocking:  # checked before the checkpoint is loaded, which takes a while for a large model
+        where = "is an existing file" if blocking == Path(args.out) else f"is inside {blocking}, an existing file"
+        print(f"train export: --out {args.out} {where}; name a folder (a missing one is made)", file=sys.stderr)
+        return 2
     try:
         step = export(args.checkpoint, args.out, args.dtype)
     except FileNotFoundError as error:

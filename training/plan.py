@@ -44,14 +44,20 @@ def available_tokens(shards: list[ShardRows]) -> tuple[int, int, int]:
     return documents, tokens, held_out
 
 
-def plan(mixture: Mixture, phase_tokens: list[int], shards: dict[str, list[ShardRows]] | None = None) -> list[SourcePlan]:
-    """Per source what it has (from `shards`, read here when not given) and what the phases, training
-    `phase_tokens` each, ask of it."""
-    shards = shards or read_sources(mixture)
+def asked_tokens(mixture: Mixture, phase_tokens: list[int]) -> dict[str, float]:
+    """Per source the tokens the phases, training `phase_tokens` each, ask of it: known before any shard exists."""
     asked = dict.fromkeys(mixture.source_names(), 0.0)
     for phase, tokens in enumerate(phase_tokens):
         for name, weight in zip(mixture.source_names(), mixture.weights(phase)):
             asked[name] += tokens * weight
+    return asked
+
+
+def plan(mixture: Mixture, phase_tokens: list[int], shards: dict[str, list[ShardRows]] | None = None) -> list[SourcePlan]:
+    """Per source what it has (from `shards`, read here when not given) and what the phases, training
+    `phase_tokens` each, ask of it."""
+    shards = shards or read_sources(mixture)
+    asked = asked_tokens(mixture, phase_tokens)
     sources = []
     for name in mixture.source_names():
         documents, tokens, held_out = available_tokens(shards[name])

@@ -6,9 +6,10 @@ An input is a directory (walked in sorted order, hidden folders skipped) or one 
 declares none. Its URL is the first of: `STEM.url`'s first line; `STEM.json`'s `url`; the `url` of `metadata.json` or
 `expected-metadata.json` in its folder; the `url` under its stem in a JSON mapping of page stems to objects, in its
 folder or one above it within the input (article-extraction-benchmark's `ground-truth.json`); else its path in the
-input. Those sidecars are metadata, not counted. Every other file is counted and named as `not_html`, and a page that
-cannot be a document as `not_a_file`, `file_too_large` (on disk or gunzipped), `unreadable` (a broken gzip too) or
-`empty_html`.
+input folder, or the path as given for an input that is one page, so that pages saved as `*/source.html` each keep
+the folder that tells them apart (as a WARC record's `warc_file` is its file as given). Those sidecars are metadata,
+not counted. Every other file is counted and named as `not_html`, and a page that cannot be a document as
+`not_a_file`, `file_too_large` (on disk or gunzipped), `unreadable` (a broken gzip too) or `empty_html`.
 """
 
 import gzip
@@ -131,7 +132,7 @@ class HtmlReader:
     def read_batches(self, path: str, batch_documents: int | None, result: ReadResult) -> Iterator[pa.Table]:
         """The pages as tables of `batch_documents` rows (one table when None), so a worker holds a batch of a large
         folder; `result` counts what is dropped and gets the sha256 and bytes of the pages read."""
-        path = os.path.abspath(path)
+        given, path = path, os.path.abspath(path)
         base = path if os.path.isdir(path) else os.path.dirname(path)
         files = input_files(path, "html")
         pages = list(filter(is_page, files))
@@ -152,7 +153,7 @@ class HtmlReader:
             if isinstance(data, str):
                 result.drop(data, file, file_size)
                 continue
-            relative = displayable(os.path.relpath(file, base))  # a Latin-1 file name too is a url
+            relative = displayable(os.path.relpath(file, base) if base == path else given)  # Latin-1 names too
             rows.append(self._document(data, sidecars.url(file, relative), relative))
             if batch_documents and len(rows) == batch_documents:
                 yield pa.Table.from_pylist(rows, schema=READ_SCHEMA)

@@ -13,6 +13,21 @@ from curation.schema import DOCUMENT_FIELDS
 from curation.sources import ReadResult
 
 
+def text_column(column: pa.ChunkedArray, path: str) -> pa.ChunkedArray:
+    """The `text` column as strings. Binary text is read as UTF-8: writers such as Hive, Impala and older Spark store
+    strings as bare bytes (Spark's `binaryAsString` reads them back the same way); bytes that are not UTF-8 or a column
+    of another type are one line naming the file."""
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        return column
+    if not (pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)):
+        raise ValueError(f"{path}: its `text` column is {column.type}, not text; write the documents as strings")
+    try:
+        return column.cast(pa.string())
+    except pa.ArrowInvalid:
+        raise ValueError(f"{path}: its `text` column is binary and not UTF-8; decode it to strings (from its real "
+                         "encoding) and write the file again") from None  # fmt: skip
+
+
 class ParquetReader:
     def __init__(self, snapshot: str, source: str = "web"):
         self.snapshot, self.source = snapshot, source
@@ -27,6 +42,7 @@ class ParquetReader:
         table = pq.read_table(pa.BufferReader(data))
         if "text" not in table.column_names:
             raise ValueError(f"{path}: a Parquet input needs a `text` column; it has {table.column_names}")
+        table = table.set_column(table.column_names.index("text"), "text", text_column(table["text"], path))
         name = path.rsplit("/", 1)[-1]
         if "id" not in table.column_names:
             ids = [hashlib.sha1(f"{name}#{row}".encode()).hexdigest()[:20] for row in range(table.num_rows)]

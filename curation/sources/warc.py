@@ -12,6 +12,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import brotli  # installed with resiliparse (its fastwarc needs it)
 import fsspec
 import pyarrow as pa
 
@@ -202,14 +203,52 @@ def iter_records(data: bytes) -> Iterator[tuple[WarcRecord | None, str | None]]:
 
 
 def _dechunk(body: bytes) -> bytes:
-    out, pos = [], 0
-    while True:
-        line_end = body.index(b"\r\n", pos)
-        size = int(body[pos:line_end].split(b";")[0], 16)
+    """The body without its chunked transfer coding, or as stored where it is not chunks: recorders such as pywb and
+    node-warc store the body de-chunked but keep the header (warcio keeps those bodies too). A chunk is a hex size line
+    of at most 64 bytes ending in CRLF (warcio's test) and its data followed by CRLF; a body cut inside its chunks keeps
+    what it holds, and the trailers after the last chunk are not body."""
+    out, pos, end = [], 0, len(body)
+    while pos < end:
+        line_end = body.find(b"\n", pos, pos + 64)
+        if line_end <= pos or body[line_end - 1] != 13:  # no CRLF-ended size line
+            return body
+        try:
+            size = int(body[pos : line_end - 1].split(b";")[0], 16)
+        except ValueError:
+            return body
+        if size < 0:
+            return body
         if size == 0:
-            return b"".join(out)
-        out.append(body[line_end + 2 : line_end + 2 + size])
-        pos = line_end + 2 + size + 2
+            break
+        pos = line_end + 1 + size
+        out.append(body[line_end + 1 : pos])
+        if pos < end and not body.startswith(b"\r\n", pos):
+            return body
+        pos += 2
+    return b"".join(out)
+
+
+_INFLATE_WBITS = {
+    "gzip": (zlib.MAX_WBITS | 16,),
+    "x-gzip": (zlib.MAX_WBITS | 16,),
+    "deflate": (zlib.MAX_WBITS, -zlib.MAX_WBITS),  # zlib-wrapped as the RFC says, or raw as some servers send it
+}
+
+
+def _decode_content(body: bytes, encoding: str) -> bytes:
+    """The body without its Content-Encoding where it decodes, as stored where it does not (a crawler that stored it
+    decoded under the same header; warcio keeps those too); a body cut short keeps what it holds."""
+    if encoding == "br":
+        try:
+            return brotli.Decompressor().process(body)
+        except brotli.error:
+            return body
+    for wbits in _INFLATE_WBITS.get(encoding, ()):
+        try:
+            return zlib.decompressobj(wbits).decompress(body)
+        except zlib.error:
+            pass
+    return body
 
 
 def parse_http_response(block: bytes) -> tuple[int, dict[str, str], bytes]:
@@ -224,11 +263,8 @@ def parse_http_response(block: bytes) -> tuple[int, dict[str, str], bytes]:
         headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
     if "chunked" in headers.get("transfer-encoding", "").lower():
         body = _dechunk(body)
-    encoding = headers.get("content-encoding", "").lower()
-    if encoding in ("gzip", "x-gzip") and body.startswith(b"\x1f\x8b"):
-        body = zlib.decompress(body, zlib.MAX_WBITS | 16)
-    elif encoding == "deflate":
-        body = zlib.decompress(body)
+    if "content-encoding" in headers:
+        body = _decode_content(body, headers["content-encoding"].lower())
     return status, headers, body
 
 
@@ -258,10 +294,7 @@ def digests_match(record: WarcRecord) -> bool:
         head, sep, body = block.partition(b"\r\n\r\n")
         candidates = [body]
         if b"chunked" in head.lower():
-            try:
-                candidates.append(_dechunk(body))
-            except (ValueError, IndexError):
-                pass
+            candidates.append(_dechunk(body))
         return _digest_matches(headers["warc-payload-digest"], candidates)
     return True
 
@@ -316,7 +349,7 @@ class WarcReader:
         else:
             try:
                 status, http_headers, payload = parse_http_response(record.block)
-            except (ValueError, IndexError, zlib.error):
+            except (ValueError, IndexError):
                 return None, "bad_http"
             if status != 200:
                 return None, "http_not_ok"
