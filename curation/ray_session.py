@@ -41,7 +41,7 @@ LOCAL_SYSTEM_CONFIG = {"task_events_report_interval_ms": 0}
 STAND_IN_CHECKED_ON = ("2.60",)  # Ray versions (major.minor) the agent stand-in was checked on: its start, tasks, refusal
 PROBE_TIMEOUT_S = 5  # a cluster's GCS accepts a TCP connection at once; Ray itself waits minutes for one that never will
 RAY_CLIENT_PORT = 10001  # of a ray:// address without one
-CTRL_C_HELD_S = 10  # a Ctrl-C during Ray's start-up waits for it this long at most; a quick second press waits too
+CTRL_C_HELD_S = 10  # once a Ctrl-C has waited this long for Ray's start-up, another interrupts it; a quicker one waits
 
 
 def check_address(address: str) -> None:
