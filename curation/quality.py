@@ -1,10 +1,13 @@
 """Train and evaluate DCLM-style fastText quality classifiers (word bigrams, `__label__hq` vs `__label__cc`)."""
 
+import ctypes
 import gzip
 import itertools
 import json
+import os
 import random
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,6 +99,25 @@ def evaluate(scores, labels, threshold: float = 0.5) -> Scores:
 
 
 DEFAULT_LR = 0.5
+M_PERTURB = -6  # glibc's mallopt parameter: each new allocation's bytes are set to the complement of its value
+
+
+@contextmanager
+def zeroed_allocations():
+    """New heap memory reads as zeros meanwhile, as in a fresh process. fastText's `uniform` fills one tenth of the
+    input matrix per training thread (the rest stays as allocated) and this wheel allocates it uninitialized: with one
+    thread, the last 90% (nearly all bigram rows) was what the process's heap last held, so a model trained after other
+    work (a test suite) diverged at lr after lr where a fresh process's zeroed pages trained well. A libc without
+    mallopt (macOS) is left as it is."""
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is None:
+        yield
+        return
+    mallopt(M_PERTURB, 0xFF)
+    try:
+        yield
+    finally:
+        mallopt(M_PERTURB, int(os.environ.get("MALLOC_PERTURB_") or 0))  # the user's debugging setting, if any
 
 
 def train(examples: list[tuple[str, int]], out: str, epoch: int = 50, lr: float = DEFAULT_LR, dim: int = 64, word_ngrams: int = 2,
@@ -113,7 +135,7 @@ def train(examples: list[tuple[str, int]], out: str, epoch: int = 50, lr: float 
         )
     rows = [f"{POSITIVE if label else NEGATIVE} {fasttext_line(text)}" for text, label in examples]
     random.Random(seed).shuffle(rows)
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as handle:
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as handle, zeroed_allocations():
         handle.write("\n".join(rows) + "\n")
         handle.flush()
         model = fasttext.train_supervised(input=handle.name, epoch=epoch, lr=lr, dim=dim, wordNgrams=word_ngrams,

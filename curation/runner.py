@@ -125,7 +125,7 @@ def last_line(error: Exception) -> str:
     return (str(error).strip().splitlines() or [repr(error)])[-1]
 
 
-SETTLE_SECONDS = 60  # a GPU actor's segment cannot be interrupted: it is waited for this long at most
+SETTLE_SECONDS = 60  # a cancelled task stops once back in Python, a GPU actor's not at all: waited this long at most
 
 
 def settle(references) -> None:

@@ -37,11 +37,13 @@ def runs(tmp_path_factory) -> tuple[Path, Path]:
     problems = truth[truth.kind == "benchmark"].body.str.split("\n\n").explode().head(20)
     (folder / "bench.jsonl").write_text("".join(json.dumps({"question": p, "answer": ""}) + "\n" for p in problems))
     recipe = (ROOT / "curation" / "recipes" / "fineweb-snapshot.yaml").read_text()
+    recipe = recipe.replace("  - stage: decontam\n", "  - stage: decontam\n    overwrite: true  # after the sample's own below\n")
     recipe = recipe.replace("  - stage: heuristics\n", f"""  - stage: decontam
     params: {{benchmarks: [{{name: sample-math, format: gsm8k, path: {folder / 'bench.jsonl'}}}]}}
   - stage: heuristics
 """).replace("  - stage: dedup_exact\n", f"""  - stage: quality
     params: {{model_path: {folder / 'quality.bin'}, threshold: 0.2}}
+    overwrite: true
   - stage: quality_buckets
   - stage: dedup_exact
 """)

@@ -17,10 +17,10 @@ class EvenLength(Stage):
 
     name = "even"
     adds = {"length": pa.int32()}
-    setups = 0
+    setups = 0  # per instance: a count on the class would carry over from whichever test made one before
 
     def setup(self):
-        EvenLength.setups += 1
+        self.setups += 1
 
     def annotate(self, table):
         lengths = [len(t) for t in table["text"].to_pylist()]
@@ -32,7 +32,7 @@ def test_base_class_splits_counts_and_keeps_every_column():
     stage = EvenLength()
     result = stage.process(table)
     stage.process(table)
-    assert EvenLength.setups == 1
+    assert stage.setups == 1
     assert result.kept.column_names == ["id", "text", "url", "length"]
     assert result.kept["id"].to_pylist() == ["a", "c"] and result.kept["length"].to_pylist() == [2, 4]
     assert result.dropped == {"odd_length": 1}
