@@ -306,10 +306,15 @@ def test_ctrl_c_while_ray_starts_stops_in_one_line_and_the_rerun_finishes(tmp_pa
     output = tmp_path / "run"
     command = CURATE + ["run", "fineweb-snapshot", "--input", f"{tmp_path}/input/*.warc.gz", "--output", str(output),
                         "--num-cpus", "1"]  # fmt: skip
+    launched = time.time() - 1  # a log of an earlier process with the same pid (pids are reused) is older
     process = interruptible(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     core_worker_log = f"{get_default_ray_temp_dir()}/session_*_{process.pid}/logs/python-core-driver-*_{process.pid}.log"
+
+    def ours() -> list[str]:
+        return [path for path in glob.glob(core_worker_log) if os.path.getmtime(path) >= launched]
+
     deadline = time.monotonic() + 300
-    while not glob.glob(core_worker_log) and process.poll() is None and time.monotonic() < deadline:
+    while not ours() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert process.poll() is None and not (output / "manifest.json").exists(), "Ray started before Ctrl-C"
     os.killpg(process.pid, signal.SIGINT)
