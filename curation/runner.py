@@ -131,7 +131,9 @@ SETTLE_SECONDS = 60  # a cancelled task stops once back in Python, a GPU actor's
 def settle(references) -> None:
     """Cancel tasks the driver gives up on and wait for them to end. A task interrupted mid-write removes its
     temporary (run_segment's abort, write_parquet_atomic); left running, it outlived a driver that stopped on an
-    error (a full disk under its manifest save) and was still writing when the command had returned."""
+    error (a full disk under its manifest save) and was still writing when the command had returned. Not on Ctrl-C:
+    Ray's shutdown ends the tasks (the next run removes their temporaries), and a cancel that met a task as it
+    finished crashed its worker with Ray's "unexpected system state" check (1 of a shuffled suite's runs)."""
     import ray
 
     references = list(references)
@@ -201,7 +203,7 @@ class _Scheduler:
                 self.collect_segments()
                 if self.waiting:
                     self.run_barrier(min(self.waiting))
-        except BaseException:  # the driver stops (its own write failed, Ctrl-C): no segment goes on writing without it
+        except Exception:  # the driver stops (its own write failed): no segment goes on writing without it
             settle(self.pending)
             raise
         self.finish()
@@ -408,7 +410,7 @@ class _Scheduler:
                     self.manifest.save_soon()
                     if self.on_step:
                         self.on_step(stage_dir, name, len(done), total)
-            except BaseException:  # a task failed, or the driver's own save: the step's other tasks stop with it
+            except Exception:  # a task failed, or the driver's own save: the step's other tasks stop with it
                 settle(pending)
                 raise
             self.manifest.save_if_unsaved()

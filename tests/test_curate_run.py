@@ -294,7 +294,7 @@ def test_ctrl_c_stops_a_run_in_one_line_and_it_resumes(tmp_path):
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 130 and stderr.strip().splitlines() == STOPPED, (process.returncode, stderr)
     rerun = curate(*command[len(CURATE) :], "--num-cpus", "2")
-    assert "resumed:" in rerun.stdout and not (output / "run.lock").exists()
+    assert "resumed:" in rerun.stdout and not (output / "run.lock").exists() and not list(output.rglob("*.tmp-*"))
 
 
 def test_ctrl_c_while_ray_starts_stops_in_one_line_and_the_rerun_finishes(tmp_path):
