@@ -7,7 +7,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from curation.report import png_base64
-from experiments.scaling_fit import Law, not_identified
+from experiments.scaling_fit import Law, law_numbers, not_identified
 
 
 def _by_size(points: list[dict]) -> dict[str, list[dict]]:
@@ -80,7 +80,7 @@ def law_figure(summary: dict, points: list[dict]) -> Figure:
 
 
 def frontier_figure(summary: dict) -> Figure:
-    frontier, groups = summary["frontier"], summary["approach2"]["groups"]
+    frontier, groups = law_numbers(summary["frontier"])["points"], summary["approach2"]["groups"]
     flops = [row["flops"] for row in frontier]
     figure = Figure(figsize=(11, 4.5))
     for axis, key, name in zip(figure.subplots(1, 2), ("params", "tokens"), ("N*", "D*")):
@@ -135,8 +135,8 @@ def budget_table(summary: dict) -> pd.DataFrame:
     """A row per budget; one the law does not answer (not identified) shows its numbers marked as not an answer."""
     rows = []
     for row in summary["budgets"]:
-        numbers = row.get("unidentified_law_numbers", row)
-        rows.append({"FLOPs": f"{row['flops']:.3g}" + ("" if numbers is row else " (not an answer: law not identified)"),
+        numbers = law_numbers(row)
+        rows.append({"FLOPs": f"{row['flops']:.3g}" + ("" if row["identified"] else " (not an answer: law not identified)"),
                      "params N": f"{numbers['params']:.4g}", "N interval": interval_text(numbers["params_interval"]),
                      "tokens D": f"{numbers['tokens']:.4g}", "D interval": interval_text(numbers["tokens_interval"]),
                      "tokens per param": f"{numbers['tokens_per_param']:.4g}",
@@ -160,9 +160,17 @@ def _image(figure: Figure | None) -> str:
     return f"<img src='data:image/png;base64,{png_base64(figure)}'>" if figure is not None else "<p>not in this ladder</p>"
 
 
+def compute_optimal_html(optimal: dict) -> str:
+    """The compute-optimal split with its interval; withheld where the law is not identified."""
+    if not optimal["identified"]:
+        return "<p>Compute-optimal split: not given, the law is not identified (fit.json keeps its numbers under unidentified_law_numbers).</p>"
+    return (f"<p>Compute-optimal N* &prop; C^{optimal['a']:.4f}, D* &prop; C^{optimal['b']:.4f}; at C = "
+            f"{optimal['at_flops']:.3g}, {optimal['tokens_per_param']:.4g} tokens per parameter, 95% interval "
+            f"{interval_text(optimal['tokens_per_param_interval'])}.</p>")
+
+
 def render(summary: dict, points: list[dict], title: str, preface: str = "") -> str:
     """`preface`: HTML the caller puts first (the ladder's forecast as it was made before its rung trained)."""
-    optimal = summary["compute_optimal"]
     verdict = not_identified(summary.get("identification"))
     parts = [
         f"<html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head><body>",
@@ -174,11 +182,10 @@ def render(summary: dict, points: list[dict], title: str, preface: str = "") -> 
         "<h2>Validation loss against compute</h2>", _image(loss_flops_figure(points)),
         "<h2>Fitted law (Approach 3: Huber on log residuals, L-BFGS from a grid of starts)</h2>",
         law_table(summary).to_html(), _image(law_figure(summary, points)),
-        f"<p>Compute-optimal N* &prop; C^{optimal['a']:.4f}, D* &prop; C^{optimal['b']:.4f}; at C = "
-        f"{optimal['at_flops']:.3g}, {optimal['tokens_per_param']:.4g} tokens per parameter, 95% interval "
-        f"{interval_text(optimal['tokens_per_param_interval'])}.</p>",
+        compute_optimal_html(summary["compute_optimal"]),
         "<h2>IsoFLOP curves</h2>", _image(isoflop_figure(summary)), _approach2_html(summary),
-        "<h2>Compute-optimal frontier</h2>", _image(frontier_figure(summary)),
+        "<h2>Compute-optimal frontier</h2>",
+        _image(frontier_figure(summary)) if summary["frontier"]["identified"] else "<p>not drawn: the law is not identified</p>",
         "<h2>Forecast of the held-out rungs</h2>", _image(forecast_figure(summary)),
         forecast_table(summary).to_html(index=False) if summary["forecast"] else "",
         "<h2>Budgets</h2>", budget_table(summary).to_html(index=False),

@@ -398,7 +398,18 @@ def budget(law: Law, laws_bootstrap: list[Law], C: float, flops_per_param_token:
                "params_interval": interval([n for n, _ in optima]), "tokens_interval": interval([d for _, d in optima]),
                "tokens_per_param_interval": tokens_per_param_interval(laws_bootstrap, C, flops_per_param_token),
                "loss": float(law.loss(N, D)), "loss_interval": loss_interval(laws_bootstrap, N, D)}  # fmt: skip
-    return {"flops": float(C), "identified": identified} | (numbers if identified else {"unidentified_law_numbers": numbers})
+    return {"flops": float(C)} | marked(numbers, identified)
+
+
+def marked(numbers: dict, identified: bool) -> dict:
+    """An answer of the law where it is identified; where not, its numbers kept under `unidentified_law_numbers`, so
+    no reader of fit.json takes them for one."""
+    return {"identified": identified} | (numbers if identified else {"unidentified_law_numbers": numbers})
+
+
+def law_numbers(entry: dict) -> dict:
+    """The numbers of a `marked` entry, whether or not they answer anything."""
+    return entry.get("unidentified_law_numbers", entry)
 
 
 def summarize(points: list[dict], budgets=(1e21,), flops_per_param_token: float | None = None, samples: int = 200,
@@ -441,12 +452,13 @@ def summarize(points: list[dict], budgets=(1e21,), flops_per_param_token: float 
         "bootstrap_samples": samples,
         "intervals": intervals,
         "identification": checked,
-        "compute_optimal": {"a": law.beta / (law.alpha + law.beta), "b": law.alpha / (law.alpha + law.beta),
-                            "at_flops": at_flops, "tokens_per_param": float(law.tokens_per_param(at_flops, k)),
-                            "tokens_per_param_interval": tokens_per_param_interval(laws, at_flops, k)},  # fmt: skip
+        "compute_optimal": marked({"a": law.beta / (law.alpha + law.beta), "b": law.alpha / (law.alpha + law.beta),
+                                   "at_flops": at_flops, "tokens_per_param": float(law.tokens_per_param(at_flops, k)),
+                                   "tokens_per_param_interval": tokens_per_param_interval(laws, at_flops, k)},
+                                  checked["identified"]),  # fmt: skip
         "approach2": approach2,
         "disagreement": compare_approaches(law, approach2, k),
         "forecast": forecast(points, held_out, law=law, laws=laws) if held_out else [],
         "budgets": [budget(law, laws, C, k, checked["identified"]) for C in budgets],
-        "frontier": frontier,
+        "frontier": marked({"points": frontier}, checked["identified"]),
     }

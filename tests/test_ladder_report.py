@@ -36,6 +36,11 @@ def test_a_law_not_identified_is_said_in_one_line_and_its_budgets_are_marked_as_
     assert page.count(verdict) == 1 and verdict.startswith("not identified: ")
     numbers = summary["budgets"][0]["unidentified_law_numbers"]
     assert "1e+21 (not an answer: law not identified)" in page and f"{numbers['params']:.4g}" in page
+    # fit.json: no compute-optimal split or frontier at its top level; the page withholds them
+    for entry in (summary["compute_optimal"], summary["frontier"]):
+        assert entry["identified"] is False and set(entry) == {"identified", "unidentified_law_numbers"}
+    assert "tokens per parameter, 95% interval" not in page and "Compute-optimal split: not given" in page
+    assert page.count("data:image/png") == 4 and "not drawn: the law is not identified" in page
     forecast = {"run": "holdout-4.0e12-w40", "written_at": "2026-12-05T10:00:00Z", "fitted_on": ["r0"], "params": 101880,
                 "count": "total", "tokens": 5945344, "flops": 4e12, "predicted_loss": 3.8301, "interval": [3.3, 3.9],
                 "measured_loss": 3.8124, "relative_error": 0.0046, "identification": summary["identification"]}  # fmt: skip

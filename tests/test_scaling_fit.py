@@ -161,6 +161,8 @@ def test_a_law_its_points_pin_is_identified_and_answers_its_budgets():
     assert summary["identification"] == {"identified": True, "reasons": []}
     (row,) = summary["budgets"]
     assert row["identified"] and row["params"] > 0 and "unidentified_law_numbers" not in row
+    assert summary["compute_optimal"]["identified"] and summary["compute_optimal"]["tokens_per_param"] > 0
+    assert summary["frontier"]["identified"] and len(summary["frontier"]["points"]) == 25
     N, D = grid_points()
     assert fitted(N, D, noisy(REPLICATION.loss(N, D), 0.005, 1))["identified"]
 
