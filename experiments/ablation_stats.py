@@ -26,6 +26,7 @@ class Interval:
     low: float
     high: float
     per_seed: list[float]
+    p_value: float = float("nan")  # two-sided, from the same draws: twice the smaller share of draws on one side of 0
 
     @property
     def resolved(self) -> bool:
@@ -50,13 +51,42 @@ def paired_interval(variant: np.ndarray, base: np.ndarray, weights: np.ndarray, 
     differences = variant - base
     per_seed = differences.sum(axis=1) / weights.sum()
     rng = np.random.default_rng(seed)
-    counts = rng.multinomial(units, np.full(units, 1 / units), size=resamples)  # documents drawn, one row per resample
-    seed_means = (counts @ differences.T) / (counts @ weights)[:, None]  # (resamples, seeds)
-    spread = seed_means.std(axis=1, ddof=1) / np.sqrt(seeds)
-    draws = seed_means.mean(axis=1) + spread * rng.standard_t(seeds - 1, size=resamples)
+    counts = unit_counts(units, resamples, rng)  # documents drawn, one row per resample
+    draws = t_level_means(differences, counts, weights, rng)
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(draws, [tail, 100 - tail])
-    return Interval(float(per_seed.mean()), float(low), float(high), [float(value) for value in per_seed])
+    p_value = min(1.0, 2 * min(np.mean(draws <= 0), np.mean(draws >= 0)))
+    return Interval(float(per_seed.mean()), float(low), float(high), [float(value) for value in per_seed], float(p_value))
+
+
+def holm(p_values: list[float], level: float = 1 - CONFIDENCE) -> list[bool]:
+    """Holm's step-down correction: which of several tests still reject at `level` taken together (the chance that
+    any true null is rejected stays below it)."""
+    rejected = [False] * len(p_values)
+    for rank, index in enumerate(np.argsort(p_values, kind="stable")):
+        if p_values[index] > level / (len(p_values) - rank):
+            break
+        rejected[index] = True
+    return rejected
+
+
+def t_level_means(sums: np.ndarray, counts: np.ndarray, weights: np.ndarray, rng) -> np.ndarray:
+    """A run group's mean over seeds under each resample of the units (`counts`, one row per resample): the seeds'
+    mean plus Student's t with seeds-1 degrees of freedom times its standard error, as `paired_interval` draws the
+    seed level; one seed has no seed term."""
+    per_seed = (counts @ sums.T) / (counts @ weights)[:, None]  # (resamples, seeds)
+    seeds = per_seed.shape[1]
+    if seeds < 2:
+        return per_seed[:, 0]
+    spread = per_seed.std(axis=1, ddof=1) / np.sqrt(seeds)
+    return per_seed.mean(axis=1) + spread * rng.standard_t(seeds - 1, size=len(per_seed))
+
+
+def unit_counts(units: int, resamples: int, rng) -> np.ndarray:
+    """Units drawn with replacement, one row of counts per resample (a bincount of uniform draws: numpy's
+    multinomial took 20x as long at 4,000 x 300)."""
+    rows = np.arange(resamples)[:, None] * units
+    return np.bincount((rows + rng.integers(0, units, (resamples, units))).ravel(), minlength=resamples * units).reshape(resamples, units)
 
 
 def documents_to_resolve(interval: Interval, documents: int) -> int | None:

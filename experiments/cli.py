@@ -119,17 +119,23 @@ def _print_decision_plan(decision, console: Console) -> int:
 
 
 def _print_decision(results: dict, console: Console) -> None:
-    from experiments.decide_report import accuracy_table, best_line, forecast_table, value_table
+    from experiments.decide_report import accuracy_table, deciding_line, forecast_table, search_line, target_line, value_table
     from experiments.decision_accuracy import TRUTHS
 
     console.print("target loss per recipe and scale (mean over seeds, 95% interval):")
     console.print(value_table(results).to_string(), markup=False)
     console.print("decision accuracy against the target loss at the largest scale:")
     console.print(accuracy_table(results, "against_target_loss").to_string(), markup=False)
-    console.print("forecast of the largest scale from the smaller ones:")
-    console.print(forecast_table(results).to_string(), markup=False)
+    forecast = forecast_table(results)
+    if forecast is None:
+        console.print(results["forecasts"]["why"], markup=False)
+    else:
+        console.print("forecast of the largest scale from the smaller ones (95% interval over seeds):")
+        console.print(forecast.to_string(), markup=False)
+    console.print(f"target: {results['target']['documents']:,} documents; {target_line(results['target'])}", markup=False)
+    console.print(deciding_line(results), markup=False)
     for truth, title in TRUTHS.items():
-        console.print(best_line(results["best_at_smallest"][truth], title), markup=False)
+        console.print(search_line(results["metric_search"][truth], title), markup=False)
 
 
 def add_report_arguments(report) -> None:

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from curation.io import write_json_atomic, write_parquet_atomic, write_text_atomic
 from experiments import decision_accuracy
+from experiments.decision_accuracy import Runs
 from experiments.ablation import read_token_stats, scores_once, tokens_done
 from experiments.folders import LOCAL
 from experiments.ladder import PRESETS, Ladder, LadderSpec, make_rung
@@ -62,6 +63,8 @@ class DecideSpec(BaseModel):
     recipes: dict[str, dict[str, float]] = Field(min_length=2, description="data recipe -> {curated name: weight}")
     target: TargetSpec
     evals: list[BenchmarkSpec] = Field(default_factory=list, description="multiple-choice evaluation sets (local files)")
+    metric: str = Field(TARGET, description="the deciding metric, named before anything trains: target_loss, or an "
+                        "evaluation set's `<name>/error` or `<name>/gold_nats_per_char`; the headline is its accuracy")
     max_items: int = Field(500, gt=0, description="items per evaluation set (a fixed sample of its first ones when more)")
     ladder: str = Field("cpu", description="ladder preset whose shape, lr rule, sequence and batch every scale uses: cpu|gpu")
     lr: float | None = Field(None, gt=0, description="the preset's peak lr instead (of its lr_width model; the same for "
@@ -101,6 +104,9 @@ class DecideSpec(BaseModel):
         unknown = sorted(set(self.target.curated) - set(self.curated))
         if unknown:
             raise ValueError(f"target.curated: {unknown} are not curated names ({sorted(self.curated)})")
+        metrics = [TARGET] + [f"{bench.name}/{kind}" for bench in self.evals for kind in ("error", "gold_nats_per_char")]
+        if self.metric not in metrics:
+            raise ValueError(f"metric: {self.metric!r} is none of this spec's metrics ({', '.join(metrics)})")
         return self
 
 
@@ -338,71 +344,127 @@ def metric_tables(spec: DecideSpec, jobs: list[dict], finished: dict) -> tuple[d
 
 def summarize(spec: DecideSpec, jobs: list[dict], finished: dict, token_stats: dict, target_tokens: pa.Table) -> dict:
     """Per metric, scale and recipe the value with its interval; per metric and smaller scale the decision accuracy
-    against the same metric at the largest scale and against the target loss there; the metric that decides best at
-    the smallest scale; per recipe a power law of target loss in compute fitted on the smaller scales and its
-    forecast of the largest."""
+    against the same metric at the largest scale and against the target loss there; the spec's deciding metric's
+    accuracy as the headline; a search for the metric that decides best at the smallest scale, chosen on one half of
+    the units and reported on the other; per recipe a power law of target loss in compute fitted on the smaller scales
+    and its forecast of the largest, where there are 3 smaller scales to fit."""
     sums, weights = metric_tables(spec, jobs, finished)
     largest = len(spec.widths) - 1
     flops = {job["scale"]: job["rung"].flops for job in jobs}
     scales = [{"scale": i, "width": width, "params": next(j["rung"].params_total for j in jobs if j["scale"] == i),
                "tokens": next(j["rung"].tokens for j in jobs if j["scale"] == i), "flops": flops[i], "seeds": spec.seeds[i]}
               for i, width in enumerate(spec.widths)]  # fmt: skip
-    values, decisions = {}, {}
-    target_truth = decision_accuracy.truths(sums[TARGET][largest], weights[TARGET])
-    for metric, by_scale in sums.items():
-        values[metric] = {str(scale): {recipe: decision_accuracy.recipe_value(runs, weights[metric])
-                                       for recipe, runs in by_recipe.items()} for scale, by_recipe in by_scale.items()}  # fmt: skip
-        own_truth = decision_accuracy.truths(by_scale[largest], weights[metric])
-        decisions[metric] = {
-            "truth": [{"pair": list(pair)} | verdict for pair, verdict in own_truth.items()],
-            "ranking_at_largest": decision_accuracy.ranking(by_scale[largest], weights[metric]),
-            "against_itself": {str(scale): decision_accuracy.accuracy(by_scale[scale], weights[metric], own_truth)
-                               for scale in range(largest)},
-            "against_target_loss": {str(scale): decision_accuracy.accuracy(by_scale[scale], weights[metric], target_truth)
-                                    for scale in range(largest)},
-        }  # fmt: skip
-    best = {truth: best_metric(decisions, truth) for truth in decision_accuracy.TRUTHS}
+    values = {metric: {str(scale): {recipe: decision_accuracy.recipe_value(runs, weights[metric])
+                                    for recipe, runs in by_recipe.items()} for scale, by_recipe in by_scale.items()}
+              for metric, by_scale in sums.items()}  # fmt: skip
+    decisions = {metric: decisions_of(sums, weights, metric, largest) for metric in sums}
     return {
         "recipes": spec.recipes, "scales": scales, "compute_span": flops[largest] / flops[0],
-        "target": {"documents": target_tokens.num_rows, "tokens": int(sum(len(t) for t in target_tokens["tokens"].to_pylist()))},
+        "target": target_summary(sums[TARGET], weights[TARGET], target_tokens),
         "curated": {name: {"documents": sum(s["documents"] for s in stats["sources"].values()),
                            "training_tokens": sum(s["tokens"] - s["validation_tokens"] for s in stats["sources"].values())}
                     for name, stats in token_stats.items()},
         "evals": {bench.name: len(next(iter(finished.values()))["scores"].get(bench.name, {}).get("item_correct", []))
                   for bench in spec.evals},
         "values": values, "decisions": decisions,
-        "best_at_smallest": best,
-        "forecasts": forecasts(values[TARGET], scales),
+        "deciding": {"metric": spec.metric, "against_itself": decisions[spec.metric]["against_itself"],
+                     "chance": decisions[spec.metric]["chance"]},
+        "metric_search": {truth: metric_search(sums, weights, largest, truth) for truth in decision_accuracy.TRUTHS},
+        "forecasts": forecasts(sums[TARGET], weights[TARGET], scales),
         "runs": [{"run": job["run"], "recipe": job["recipe"], "seed": job["seed"], "scale": job["scale"],
                   "val_loss": finished[job["run"]]["result"]["val_loss"], "target_loss": per_token(finished[job["run"]]["losses"]),
                   "seconds": finished[job["run"]]["result"]["seconds"]} for job in jobs],
     }  # fmt: skip
 
 
-def best_metric(decisions: dict, truth: str) -> dict:
-    """The metric whose smallest scale orders the most resolved pairs right (accuracy first, then how many pairs
-    it rests on): with one resolved pair an accuracy of 1 says little, and the count says so."""
-    scored = {metric: d[truth]["0"] for metric, d in decisions.items() if d[truth]["0"]["accuracy"] is not None}
-    if not scored:
-        return {"metric": None}
-    metric = max(scored, key=lambda name: (scored[name]["accuracy"], scored[name]["pairs_resolved"]))
-    found = scored[metric]
-    return {"metric": metric, "accuracy": found["accuracy"], "interval": found["interval"], "pairs": found["pairs_resolved"]}
+def decisions_of(sums: dict, weights: dict, metric: str, largest: int, units: dict | None = None) -> dict:
+    """One metric's truths at the largest scale and the accuracy of each smaller scale against them and against the
+    target loss's. `units`: metric -> the indices of its units to use (a half, for the metric search); all if None."""
+    def part(name: str, scale: int) -> tuple[dict, np.ndarray]:
+        keep = slice(None) if units is None else units[name]
+        return {recipe: runs[:, keep] for recipe, runs in sums[name][scale].items()}, weights[name][keep]
 
-
-def forecasts(target_values: dict, scales: list[dict]) -> dict:
-    """Per recipe, log(loss) linear in log(compute) through the smaller scales' means, extended to the largest
-    scale: the forecast a team would make from its small runs, against what the largest runs measured."""
-    largest = str(len(scales) - 1)
-    result = {}
-    for recipe in target_values[largest]:
-        x = np.log([scales[int(scale)]["flops"] for scale in target_values if scale != largest])
-        y = np.log([target_values[scale][recipe]["value"] for scale in target_values if scale != largest])
-        slope, intercept = np.polyfit(x, y, 1)
-        predicted = float(np.exp(intercept + slope * np.log(scales[-1]["flops"])))
-        measured = target_values[largest][recipe]
-        low, high = measured["interval"] or (None, None)
-        result[recipe] = {"exponent": float(-slope), "predicted": predicted, "measured": measured["value"],
-                          "relative_error": (predicted - measured["value"]) / measured["value"],
-                          "inside_measured_interval": bool(low is not None and low <= predicted <= high)}  # fmt: skip
+    own_largest, own_weights = part(metric, largest)
+    target_largest, target_weights = part(TARGET, largest)
+    own_truth = decision_accuracy.truths(own_largest, own_weights)
+    target_truth = own_truth if metric == TARGET else decision_accuracy.truths(target_largest, target_weights)
+    against = {"against_itself": (own_truth, own_largest, own_weights, True),
+               "against_target_loss": (target_truth, target_largest, target_weights, metric == TARGET)}
+    result = {"truth": [{"pair": list(pair)} | verdict for pair, verdict in own_truth.items()],
+              "chance": decision_accuracy.chance_line(own_truth),
+              "ranking_at_largest": decision_accuracy.ranking(own_largest, own_weights)}  # fmt: skip
+    for kind, (truth, truth_runs, truth_weights, same_units) in against.items():
+        result[kind] = {str(scale): decision_accuracy.accuracy(*part(metric, scale), truth, truth_runs, truth_weights, same_units)
+                        for scale in range(largest)}  # fmt: skip
     return result
+
+
+def metric_search(sums: dict, weights: dict, largest: int, truth: str, seed: int = 0) -> dict:
+    """The metric whose smallest scale orders the most resolved pairs right (accuracy first, then how many pairs it
+    rests on), chosen on one random half of every metric's units and reported on the other half: the accuracy of a
+    metric picked for its accuracy, on the units it was picked on, would be selected on its outcome."""
+    halves = {metric: decision_accuracy.split_units(len(weights[metric]), seed) for metric in sums}
+    choose, report = ({metric: pair[i] for metric, pair in halves.items()} for i in (0, 1))
+    scored = {metric: decisions_of(sums, weights, metric, largest, choose)[truth]["0"] for metric in sums}
+    scored = {metric: found for metric, found in scored.items() if found["accuracy"] is not None}
+    if not scored:
+        return {"metric": None, "how": "no resolved pair on the choosing half of any metric's units"}
+    metric = max(scored, key=lambda name: (scored[name]["accuracy"], scored[name]["pairs_resolved"]))
+    found = decisions_of(sums, weights, metric, largest, report)[truth]["0"]
+    return {"metric": metric, "accuracy": found["accuracy"], "interval": found["interval"], "pairs": found["pairs_resolved"],
+            "chosen_with": scored[metric]["accuracy"],
+            "how": "chosen on one random half of each metric's units, its accuracy measured on the other half"}  # fmt: skip
+
+
+DOCUMENT_HALF_WIDTH = 0.02  # nats: the target's own noise must sit below the seeds' (module goal)
+
+
+def target_summary(target: dict[int, Runs], weights: np.ndarray, target_tokens: pa.Table) -> dict:
+    """The target's size and the half-width its documents alone give a recipe's target loss at the largest scale
+    (the widest over recipes; units resampled, the seeds' mean held): the documents it would take to bring that to
+    DOCUMENT_HALF_WIDTH nats, as the half-width narrows with the square root of their count."""
+    from experiments.ablation_stats import unit_counts
+
+    rng = np.random.default_rng(0)
+    counts = unit_counts(len(weights), decision_accuracy.RESAMPLES, rng)
+    half_widths = []
+    for runs in target[max(target)].values():
+        means = (counts @ runs.mean(axis=0)) / (counts @ weights)
+        low, high = np.percentile(means, [2.5, 97.5])
+        half_widths.append(float(high - low) / 2)
+    half = max(half_widths)
+    documents = target_tokens.num_rows
+    return {"documents": documents, "tokens": int(sum(len(t) for t in target_tokens["tokens"].to_pylist())),
+            "document_half_width": half, "goal_half_width": DOCUMENT_HALF_WIDTH,
+            "documents_for_goal": int(np.ceil(documents * (half / DOCUMENT_HALF_WIDTH) ** 2))}  # fmt: skip
+
+
+FORECAST_SCALES = 3  # a line through fewer smaller scales is exact or one point: no forecast at all
+
+
+def forecasts(target: dict[int, Runs], weights: np.ndarray, scales: list[dict], seed: int = 0) -> dict:
+    """Per recipe, log(loss) linear in log(compute) through the smaller scales' means, extended to the largest
+    scale, with an interval from the seeds (each scale's mean redrawn at the t-based seed level, the line refitted):
+    the forecast a team would make from its small runs, against what the largest runs measured. Needs
+    FORECAST_SCALES smaller scales."""
+    from experiments.ablation_stats import t_level_means
+
+    smaller = len(scales) - 1
+    if smaller < FORECAST_SCALES:
+        return {"made": False, "why": f"no forecast: needs {FORECAST_SCALES} smaller scales (this decision has {smaller})"}
+    rng = np.random.default_rng(seed)
+    x = np.log([scale["flops"] for scale in scales[:smaller]])
+    every_unit = np.ones((decision_accuracy.RESAMPLES, len(weights)))  # the documents held: they are the same at every scale
+    result = {}
+    for recipe in target[smaller]:
+        means = np.array([(target[i][recipe].sum(axis=1) / weights.sum()).mean() for i in range(smaller)])
+        draws = np.stack([t_level_means(target[i][recipe], every_unit, weights, rng) for i in range(smaller)])
+        slope, intercept = np.polyfit(x, np.log(means), 1)
+        slopes, intercepts = np.polyfit(x, np.log(np.maximum(draws, 1e-12)), 1)
+        at = np.log(scales[-1]["flops"])
+        predicted = float(np.exp(intercept + slope * at))
+        low, high = (float(v) for v in np.percentile(np.exp(intercepts + slopes * at), [2.5, 97.5]))
+        measured = float((target[smaller][recipe].sum(axis=1) / weights.sum()).mean())
+        result[recipe] = {"exponent": float(-slope), "predicted": predicted, "interval": [low, high], "measured": measured,
+                          "relative_error": (predicted - measured) / measured, "measured_inside": low <= measured <= high}  # fmt: skip
+    return {"made": True, "recipes": result}

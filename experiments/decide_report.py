@@ -24,8 +24,12 @@ def accuracy_table(results: dict, truth: str) -> pd.DataFrame:
                 row[f"w{width}"] = f"no resolved pair ({found['pairs_unresolved']} unresolved)"
             else:
                 low, high = found["interval"]
+                ties = f", {found['ties']} tied" if found["ties"] else ""
                 row[f"w{width}"] = (f"{found['accuracy']:.2f} [{low:.2f}, {high:.2f}] of {found['pairs_resolved']}"
-                                    f" ({found['pairs_unresolved']} apart)")  # fmt: skip
+                                    f" ({found['pairs_unresolved']} apart{ties})")  # fmt: skip
+        chance = decision["chance"]
+        row["truths resolved (Holm; by chance)"] = (f"{chance['resolved']} of {chance['pairs']} ({chance['resolved_holm']}; "
+                                                    f"{chance['expected_by_chance']:.1f})")  # fmt: skip
         rows[metric] = row
     return pd.DataFrame.from_dict(rows, orient="index")
 
@@ -74,49 +78,85 @@ def ladder_figure(results: dict) -> Figure:
         bounds = [values[str(i)][recipe]["interval"] for i in range(len(flops))]
         error = np.array([[m - b[0], b[1] - m] if b else [0, 0] for m, b in zip(means, bounds)]).T
         line = axis.errorbar(flops, means, yerr=error, marker="o", capsize=3, label=recipe)[0]
-        forecast = results["forecasts"][recipe]
+        if not results["forecasts"]["made"]:
+            continue
+        forecast = results["forecasts"]["recipes"][recipe]
         fit = np.geomspace(flops[0], flops[-1], 30)
         scale = means[0] / flops[0] ** -forecast["exponent"]
         axis.plot(fit, scale * fit ** -forecast["exponent"], linestyle=":", color=line.get_color())
-        axis.scatter([flops[-1]], [forecast["predicted"]], marker="D", s=70, facecolors="none", edgecolors=line.get_color(),
-                     zorder=3)  # fmt: skip
+        low, high = forecast["interval"]
+        axis.errorbar([flops[-1]], [forecast["predicted"]], yerr=[[forecast["predicted"] - low], [high - forecast["predicted"]]],
+                      marker="D", markersize=8, markerfacecolor="none", color=line.get_color(), capsize=3, zorder=3)  # fmt: skip
     axis.set_xscale("log")
     axis.set_yscale("log")
     axis.set_xlabel("FLOPs per run")
     axis.set_ylabel("target loss (nats per token)")
     axis.set_title("each recipe's ladder: means over seeds with 95% intervals; dotted: the power law through the "
-                   "smaller scales, diamond: its forecast", fontsize="small")  # fmt: skip
+                   "smaller scales, diamond: its forecast with its interval over seeds" if results["forecasts"]["made"]
+                   else results["forecasts"]["why"], fontsize="small")  # fmt: skip
     axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
     figure.tight_layout()
     return figure
 
 
-def forecast_table(results: dict) -> pd.DataFrame:
+def forecast_table(results: dict) -> pd.DataFrame | None:
+    """A row per recipe; None where no forecast was made (too few smaller scales)."""
+    if not results["forecasts"]["made"]:
+        return None
     return pd.DataFrame.from_dict({recipe: {"exponent": f"{f['exponent']:.3f}", "forecast": f"{f['predicted']:.4f}",
+                                            "95% interval (seeds)": f"[{f['interval'][0]:.4f}, {f['interval'][1]:.4f}]",
                                             "measured": f"{f['measured']:.4f}", "error": f"{f['relative_error']:+.2%}",
-                                            "inside the measured interval": f["inside_measured_interval"]}
-                                   for recipe, f in results["forecasts"].items()}, orient="index")  # fmt: skip
+                                            "measured inside": f["measured_inside"]}
+                                   for recipe, f in results["forecasts"]["recipes"].items()}, orient="index")  # fmt: skip
 
 
-def best_line(best: dict, truth: str) -> str:
-    """Which metric decides best at the smallest scale, for one kind of truth, in one sentence."""
-    if best["metric"] is None:
-        return f"With {truth.removeprefix('truth: ')} as truth no pair is resolved: no metric can be scored."
-    low, high = best["interval"]
-    return (f"With {truth.removeprefix('truth: ')} as truth, {best['metric']} decides best at the smallest scale: "
-            f"{best['accuracy']:.2f} [{low:.2f}, {high:.2f}] of {best['pairs']} resolved pair(s).")
+def deciding_line(results: dict) -> str:
+    """The spec's deciding metric: its accuracy at each smaller scale against itself at the largest, in one sentence."""
+    deciding, chance = results["deciding"], results["deciding"]["chance"]
+    parts = []
+    for scale, found in deciding["against_itself"].items():
+        width = results["scales"][int(scale)]["width"]
+        if found["accuracy"] is None:
+            parts.append(f"w{width}: no resolved pair")
+        else:
+            low, high = found["interval"]
+            parts.append(f"w{width}: {found['accuracy']:.2f} [{low:.2f}, {high:.2f}] of {found['pairs_resolved']} resolved pair(s)"
+                         + (f", {found['ties']} tied" if found["ties"] else ""))  # fmt: skip
+    return (f"Deciding metric {deciding['metric']} (named in the spec): decision accuracy against the largest scale "
+            f"{'; '.join(parts)}. It resolves {chance['resolved']} of {chance['pairs']} pairs at the largest scale "
+            f"({chance['resolved_holm']} after Holm's correction; {chance['expected_by_chance']:.1f} expected by chance alone).")
+
+
+def search_line(found: dict, truth: str) -> str:
+    """Which metric decides best at the smallest scale, for one kind of truth, chosen and reported on separate halves."""
+    if found["metric"] is None:
+        return f"Metric search, {truth.removeprefix('truth: ')} as truth: {found['how']}."
+    low, high = found["interval"] or (float("nan"), float("nan"))
+    accuracy = "no resolved pair" if found["accuracy"] is None else f"{found['accuracy']:.2f} [{low:.2f}, {high:.2f}] of {found['pairs']}"
+    return (f"Metric search, {truth.removeprefix('truth: ')} as truth: {found['metric']} at the smallest scale, "
+            f"{accuracy} ({found['how']}).")
+
+
+def target_line(target: dict) -> str:
+    """The target's own noise against its goal, in one sentence."""
+    return (f"its documents alone give a recipe's target loss a half-width of {target['document_half_width']:.4f} nats "
+            f"(goal {target['goal_half_width']:g}: {'met' if target['document_half_width'] <= target['goal_half_width'] else 'not met'}; "
+            f"about {target['documents_for_goal']:,} documents would meet it).")
 
 
 def render(results: dict) -> str:
     scales = ", ".join(f"w{s['width']}: {s['params']:,} params, {s['tokens']:,} tokens, {s['flops']:.2e} FLOPs, "
                        f"{s['seeds']} seeds" for s in results["scales"])  # fmt: skip
-    headline = " ".join(best_line(results["best_at_smallest"][truth], title) for truth, title in TRUTHS.items())
+    headline = " ".join([deciding_line(results)] + [search_line(results["metric_search"][truth], title)
+                                                    for truth, title in TRUTHS.items()])  # fmt: skip
+    forecast = forecast_table(results)
     parts = [
         "<html><head><meta charset='utf-8'><title>Data decision</title></head><body>",
         f"<h1>Data decision: {len(results['recipes'])} recipes at {len(results['scales'])} scales "
         f"({results['compute_span']:.1f}x compute)</h1>",
         f"<p>Scales: {html.escape(scales)}. Target: {results['target']['documents']:,} documents, "
-        f"{results['target']['tokens']:,} tokens, held out before curation. Wall time {results.get('wall_seconds', 0):.0f} s.</p>",
+        f"{results['target']['tokens']:,} tokens, held out before curation; {html.escape(target_line(results['target']))} "
+        f"Wall time {results.get('wall_seconds', 0):.0f} s.</p>",
         f"<p>{html.escape(headline)} A pair not resolved at the largest scale has no ground truth: it is counted apart.</p>",
         "<h2>Decision accuracy</h2>",
         f"<img src='data:image/png;base64,{png_base64(accuracy_figure(results))}'>",
@@ -126,7 +166,8 @@ def render(results: dict) -> str:
     parts += [
         "<h2>Ladders and forecasts (target loss)</h2>",
         f"<img src='data:image/png;base64,{png_base64(ladder_figure(results))}'>",
-        forecast_table(results).to_html(), value_table(results).to_html(),
+        forecast.to_html() if forecast is not None else f"<p>{html.escape(results['forecasts']['why'])}</p>",
+        value_table(results).to_html(),
         "<h2>Recipes</h2>", pd.DataFrame(results["recipes"]).fillna(0).to_html(),
         pd.DataFrame.from_dict(results["curated"], orient="index").to_html(), "</body></html>",
     ]  # fmt: skip

@@ -42,7 +42,7 @@ def test_a_variant_identical_to_the_base_is_never_called_different():
 
 def test_variants_drawn_like_the_base_are_rarely_called_and_resampling_three_seeds_would_call_a_quarter():
     """Variant and base drawn from one distribution, seed noise included: over 200 repeats the interval calls about
-    5% at most, and none of the first 20; resampling the 3 seeds instead (the naive bootstrap) calls about 25%:
+    5% at most; resampling the 3 seeds instead (the naive bootstrap) calls about 25%:
     its interval ends at the smallest and largest seed, which all share a sign 1 time in 4."""
     ours = naive = 0
     for repeat in range(200):
@@ -50,10 +50,9 @@ def test_variants_drawn_like_the_base_are_rarely_called_and_resampling_three_see
         doc_effect, tokens = draw(rng)
         variant, base = runs(rng, doc_effect, tokens), runs(rng, doc_effect, tokens)
         called = paired_interval(variant, base, tokens, seed=repeat, resamples=1000).resolved
-        assert not (called and repeat < 20)
         ours += called
         naive += resampled_seeds_resolve(variant, base, tokens, rng)
-    assert ours / 200 <= 0.06 and naive / 200 >= 0.15
+    assert ours / 200 <= 0.06 and naive / 200 >= 0.15, (ours, naive)
 
 
 def test_a_real_shift_is_called_with_its_size():

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -62,12 +63,70 @@ def test_decision_specs_are_validated_with_errors_that_name_the_field(tmp_path):
     assert Decision(load_decision(str(path)), str(tmp_path / "o")).ladder_spec.lr == 1e-3
     for change, message in [({"seeds": [2, 2, 2]}, "seeds: one count per width"), ({"widths": [24, 16]}, "widths: .*increasing"),
                             ({"recipes": {"a": {"nope": 1}, "b": {"topics": 1}}}, "recipes.a: .*unknown: \\['nope'\\]"),
-                            ({"target": {"curated": ["nope"]}}, "target.curated"), ({"ladder": "huge"}, "ladder: .*preset")]:  # fmt: skip
+                            ({"target": {"curated": ["nope"]}}, "target.curated"), ({"ladder": "huge"}, "ladder: .*preset"),
+                            ({"metric": "nope/error"}, "metric: 'nope/error' is none of .*toy/error")]:  # fmt: skip
         path.write_text(yaml.safe_dump(spec | change))
         with pytest.raises(ValueError, match=message):
             load_decision(str(path))
     plan = subprocess.run(CURATE + ["decide", str(path.with_name("ok.yaml"))], capture_output=True, text=True)
     assert plan.returncode == 2 and "ok.yaml" in plan.stderr and "Traceback" not in plan.stderr
+
+
+def synthetic_decision(tmp_path: Path, widths: list[int], metric: str = "target_loss", seeds: int = 3) -> dict:
+    """`summarize` over runs made up with a known order (recipe a best, c worst; the gap shrinking with scale as the
+    losses fall with compute) and an evaluation set on which the order is reversed: no training."""
+    from types import SimpleNamespace
+
+    from experiments.decide import DecideSpec, summarize
+
+    rng = np.random.default_rng(0)
+    (tmp_path / "toy.jsonl").write_text(json.dumps({"query": "q", "choices": ["a", "b"], "gold": 0}) + "\n")
+    spec = DecideSpec(curated={"x": {"recipe": "parquet-documents", "input": ["x"]}}, target={"curated": ["x"]},
+                      recipes={r: {"x": 1} for r in "abc"}, widths=widths, seeds=[seeds] * len(widths), metric=metric,
+                      evals=[{"name": "toy", "format": "mc", "path": str(tmp_path / "toy.jsonl")}])  # fmt: skip
+    tokens = rng.integers(20, 200, 400)
+    jobs, finished = [], {}
+    for scale, width in enumerate(widths):
+        flops = 1e9 * 4**scale
+        for r, recipe in enumerate("abc"):
+            for seed in range(seeds):
+                run = f"{recipe}-seed{seed}-w{width}"
+                loss = 6.0 * (flops / 1e9) ** -0.1 + 0.1 * r + rng.normal(0, 0.005)
+                correct = rng.random(100) < 0.3 + 0.1 * r  # the evaluation set prefers c
+                jobs.append({"run": run, "recipe": recipe, "seed": seed, "scale": scale,
+                             "rung": SimpleNamespace(flops=flops, params_total=1000 * width, tokens=10000 * width)})  # fmt: skip
+                finished[run] = {"result": {"val_loss": loss, "seconds": 1.0},
+                                 "losses": pa.table({"loss_sum": (loss + rng.normal(0, 0.1, 400)) * tokens, "tokens": tokens}),
+                                 "scores": {"toy": {"item_correct": correct.tolist(), "item_gold_per_char": (-rng.random(100)).tolist()}}}  # fmt: skip
+    target = pa.table({"id": [str(i) for i in range(400)], "tokens": [[0] * int(t) for t in tokens]})
+    return summarize(spec, jobs, finished, {}, target)
+
+
+def test_the_metric_named_in_the_spec_is_the_one_reported_and_the_search_is_held_apart(tmp_path):
+    results = synthetic_decision(tmp_path, [16, 24], metric="toy/error")
+    assert results["deciding"]["metric"] == "toy/error"
+    assert results["deciding"]["against_itself"] == results["decisions"]["toy/error"]["against_itself"]
+    assert results["decisions"]["target_loss"]["against_itself"]["0"]["accuracy"] == 1.0  # a < b < c at both scales
+    for truth, found in results["metric_search"].items():
+        assert "other half" in found["how"], truth
+    from experiments.decide_report import deciding_line
+
+    assert deciding_line(results).startswith("Deciding metric toy/error (named in the spec)")
+    target = results["target"]
+    assert target["documents"] == 400 and 0 < target["document_half_width"] and target["documents_for_goal"] > 0
+
+
+def test_a_forecast_needs_three_smaller_scales_and_carries_an_interval(tmp_path):
+    from experiments.decide_report import render
+
+    two = synthetic_decision(tmp_path, [16, 24])
+    assert two["forecasts"] == {"made": False, "why": "no forecast: needs 3 smaller scales (this decision has 1)"}
+    assert "no forecast: needs 3 smaller scales" in render(two)
+    four = synthetic_decision(tmp_path, [16, 24, 32, 48])
+    for recipe, found in four["forecasts"]["recipes"].items():
+        low, high = found["interval"]
+        assert low < found["predicted"] < high and abs(found["relative_error"]) < 0.02, (recipe, found)
+    assert "95% interval (seeds)" in render(four)
 
 
 @pytest.mark.slow
