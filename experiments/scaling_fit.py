@@ -226,6 +226,16 @@ def interval(values, level: float = 0.95) -> list[float]:
     return [float(low), float(high)]
 
 
+def floor_at_bound(law: Law, intervals: dict, losses) -> dict:
+    """E's interval where the fit put E at its bound 0: the bootstrap refits start at the fit and stay there, so
+    their interval was [0, 0] and missed the true E (3 of 20 laws drawn on the cpu ladder's rungs); the points say
+    only that E lies between 0 and their lowest loss."""
+    lowest = float(np.min(losses))
+    if law.E >= BOUND_SHARE * lowest:
+        return intervals
+    return intervals | {"E": [0.0, max(intervals["E"][1], lowest)]}
+
+
 def parameter_intervals(laws: list[Law], level: float = 0.95) -> dict:
     return {name: interval([getattr(law, name) for law in laws], level) for name in ("E", "A", "alpha", "B", "beta")}
 
@@ -431,6 +441,7 @@ def summarize(points: list[dict], budgets=(1e21,), flops_per_param_token: float 
     approach2 = isoflop_minima(group_by_compute(fitted), k, at_flops)
     intervals = parameter_intervals(laws)
     checked = identification(law, *_arrays(fitted), intervals, approach2)
+    intervals = floor_at_bound(law, intervals, _arrays(fitted)[2])
     sizes = sorted({(p["params"], p["params_non_embedding"], p["params_total"]) for p in points})
     n_kind = "non-embedding" if all(n == non_embedding for n, non_embedding, _ in sizes) else (
         "total" if all(n == total for n, _, total in sizes) else "neither non-embedding nor total")  # fmt: skip

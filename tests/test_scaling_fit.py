@@ -224,3 +224,47 @@ def test_a_budget_no_law_answers_is_refused_in_one_line(budget):
     """0 divided by zero and a negative budget gave NaN numbers marked identified."""
     with pytest.raises(ValueError, match="^scaling_fit: budget .* FLOPs: a compute budget is a finite number of FLOPs above 0"):
         scaling_fit.summarize(ladder_points(), budgets=[1e21, budget], samples=2)
+
+
+WIDE_LAYOUT = {"budgets": [2.5e11, 1e12, 4e12, 1.6e13], "widths": [16, 24, 32, 48, 64, 96]}  # 64x compute
+
+
+def rung_points(law: Law, layout: dict, sigma: float, rng) -> list[dict]:
+    """`law`'s losses, with multiplicative noise, at the rungs the cpu ladder preset (with `layout` over it) trains:
+    every width at every budget, and the held-out rung."""
+    from experiments.ladder import PRESETS, LadderSpec, make_rung
+
+    spec = LadderSpec(**(PRESETS["cpu"] | layout))
+    rungs = [make_rung(spec, width, budget, 2048) for budget in spec.budgets for width in spec.widths]
+    rungs.append(make_rung(spec, spec.widths[len(spec.widths) // 2], spec.budgets[-1] * spec.holdout_factor, 2048, held_out=True))
+    return [{"run": r.name, "size": str(r.width), "params": float(r.params_total), "params_non_embedding": float(r.params_non_embedding),
+             "params_total": float(r.params_total), "tokens": float(r.tokens), "flops": float(r.flops), "held_out": r.held_out,
+             "val_loss": float(law.loss(r.params_total, r.tokens) * np.exp(rng.normal(0, sigma)))} for r in rungs]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", [{}, WIDE_LAYOUT], ids=["cpu-preset", "wide"])
+def test_intervals_of_fits_to_known_laws_cover_them_at_close_to_the_nominal_rate(layout):
+    """Laws of several exponents drawn at the ladder's own rungs with 0.2-0.5% noise: the 95% intervals of E, alpha,
+    beta and of the loss at 100x the held-out rung's compute cover the truth in at least 85% of the fits, overall and
+    among those marked identified."""
+    rng = np.random.default_rng(11)
+    rows = []
+    for draw in range(24):
+        law = Law(E=float(rng.uniform(1.5, 2.0)), A=float(rng.uniform(50, 300)), alpha=float(rng.choice([0.25, 0.35, 0.5])),
+                  B=float(rng.uniform(50, 300)), beta=float(rng.choice([0.25, 0.35, 0.5])))  # fmt: skip
+        points = rung_points(law, layout, float(rng.choice([0.002, 0.005])), rng)
+        held_out_flops = max(p["flops"] for p in points)
+        summary = scaling_fit.summarize(points, budgets=[100 * held_out_flops], samples=100, seed=draw)
+        found, answer = summary["intervals"], scaling_fit.law_numbers(summary["budgets"][0])
+        truths = {"E": law.E, "alpha": law.alpha, "beta": law.beta}
+        covered = [found[name][0] <= value <= found[name][1] for name, value in truths.items()]
+        low, high = answer["loss_interval"]
+        covered.append(low <= law.loss(answer["params"], answer["tokens"]) <= high)
+        rows.append([summary["identification"]["identified"], *covered])
+    rows = np.array(rows, dtype=float)
+    identified = rows[rows[:, 0] == 1]
+    print(f"{layout or 'cpu preset'}: coverage of E, alpha, beta, loss at 100x: overall {rows[:, 1:].mean(axis=0)}; "
+          f"{len(identified)} identified: {identified[:, 1:].mean(axis=0) if len(identified) else '-'}")
+    assert (rows[:, 1:].mean(axis=0) >= 0.85).all()
+    assert len(identified) == 0 or (identified[:, 1:].mean(axis=0) >= 0.85).all()
