@@ -67,6 +67,7 @@ class LadderSpec(BaseModel):
                                  "as muP): lr is the lr_width model's; none: one lr for every width")
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
     warmup_fraction: float = Field(0.05, ge=0, lt=1)
+    z_loss: float = Field(0.0, ge=0, description="weight of PaLM's z-loss on every rung (0: off)")
     eval_sequences: int = Field(256, gt=0, description="held-out sequences per source scored at the end of each rung")
     seed: int = 0
     parallel: int = Field(2, gt=0, description="rungs trained side by side")
@@ -224,7 +225,8 @@ class Ladder:
     def check_same_ladder(self) -> None:
         record = self.out / "ladder.json"
         given = json.loads(self.spec.model_dump_json())
-        if record.is_file() and json.loads(record.read_text()) != given:
+        defaults = {name: field.default for name, field in LadderSpec.model_fields.items()}
+        if record.is_file() and defaults | json.loads(record.read_text()) != defaults | given:  # a newer field at its default matches
             raise ValueError(f"{self.out} holds another ladder (its ladder.json differs): choose another --out")
         self.out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(LOCAL, str(record), given)
@@ -257,7 +259,7 @@ class Ladder:
             "model": "tiny", "model_overrides": shape(spec, rung.width), "seq_len": spec.seq_len, "steps": rung.steps,
             "global_batch": spec.global_batch, "micro_batch": spec.micro_batch or spec.global_batch // self.ranks,
             "lr": lr, "min_lr": lr * spec.min_lr_ratio, "warmup": round(spec.warmup_fraction * rung.steps),
-            "schedule": "cosine", "shuffle_sequences": True, "seed": spec.seed, "eval_every": rung.steps,
+            "schedule": "cosine", "shuffle_sequences": True, "seed": spec.seed, "eval_every": rung.steps, "z_loss": spec.z_loss,
             "eval_sequences": spec.eval_sequences, "checkpoint_every": max(1, rung.steps // 4), "keep_checkpoints": 1,
             "log_every": max(1, rung.steps // 50),
         }  # fmt: skip

@@ -1,0 +1,74 @@
+"""How far apart one recipe's seeds land, and what narrows it: each change to the cpu ladder preset's training rule,
+one at a time, trained on several seeds at a small and a large width, scored on the mixture's validation split (the
+curated training data's own held-out rows, never a decision's target).
+
+    python benchmarks/seed_noise.py [--mixture mixtures/ladder_code.yaml] [--widths 20,48] [--seeds 0,1,2]
+        [--tokens-per-param 10] [--changes baseline,lr=2e-3,...] [--out /tmp/seed-noise]
+
+Needs the mixture's token shards (for the default: `curate run code-corpus --max-files 35 --output runs/ladder-code
+&& curate tokenize runs/ladder-code --vocab-size 2048`). A change is `field=value` of the ladder spec (lr, lr_width,
+global_batch, warmup_fraction, min_lr_ratio, z_loss) or `tokens_per_param=value`; `baseline` is the preset as it
+is. Prints a markdown row per change: the seeds' spread (max - min) and mean of the validation loss at each width,
+and the wall time of its runs; baseline: the first change given. Runs are kept under --out: a rerun resumes.
+"""
+
+import argparse
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CHANGES = "baseline,lr=2e-3,lr=1e-3,global_batch=32,warmup_fraction=0.2,min_lr_ratio=0.0,z_loss=1e-4,tokens_per_param=20"
+
+
+def parse_change(change: str) -> tuple[dict, float | None]:
+    """(ladder-spec overrides, tokens per parameter or None) of one change."""
+    if change == "baseline":
+        return {}, None
+    field, _, value = change.partition("=")
+    parsed = yaml.safe_load(value)
+    return ({}, float(parsed)) if field == "tokens_per_param" else ({field: parsed}, None)
+
+
+def main() -> None:
+    from experiments.ladder import PRESETS, Ladder, LadderSpec, make_rung, model_size
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mixture", default="mixtures/ladder_code.yaml")
+    parser.add_argument("--widths", default="20,48")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--tokens-per-param", type=float, default=10.0)
+    parser.add_argument("--changes", default=DEFAULT_CHANGES)
+    parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument("--out", default="/tmp/seed-noise")
+    args = parser.parse_args()
+    widths, seeds = [int(w) for w in args.widths.split(",")], [int(s) for s in args.seeds.split(",")]
+    header = " | ".join(f"w{w} spread | w{w} mean | w{w} seeds" for w in widths)
+    print(f"| change | {header} | wall s |\n|---|{'---|---|---|' * len(widths)}---|", flush=True)
+    for change in args.changes.split(","):
+        overrides, tokens_per_param = parse_change(change)
+        started, losses = time.perf_counter(), {width: [] for width in widths}
+        jobs = []
+        for seed in seeds:
+            spec = LadderSpec(**(PRESETS["cpu"] | {"mixture": args.mixture, "seed": seed, "forecast": False,
+                                                   "parallel": args.parallel} | overrides))  # fmt: skip
+            ladder = Ladder(spec, str(Path(args.out) / f"{change}-seed{seed}"), log=lambda line: None)
+            ladder.check_same_ladder()
+            for width in widths:
+                total, _, per_token = model_size(spec, width, ladder.vocab)
+                budget = (tokens_per_param or args.tokens_per_param) * total * per_token
+                jobs.append((ladder, make_rung(spec, width, budget, ladder.vocab)))
+        with ThreadPoolExecutor(args.parallel) as pool:
+            results = list(pool.map(lambda job: job[0].train(job[1], threads=1), jobs))
+        for (_, rung), result in zip(jobs, results):
+            losses[rung.width].append(result["val_loss"])
+        cells = " | ".join(f"{np.ptp(losses[w]):.3f} | {np.mean(losses[w]):.3f} | {', '.join(f'{v:.3f}' for v in losses[w])}"
+                           for w in widths)  # fmt: skip
+        print(f"| {change} | {cells} | {time.perf_counter() - started:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
