@@ -34,10 +34,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from curation.io import write_json_atomic, write_parquet_atomic, write_text_atomic
 from experiments import decision_accuracy
-from experiments.decision_accuracy import Runs
 from experiments.ablation import read_token_stats, scores_once, tokens_done
+from experiments.ablation_stats import t_level_means, unit_counts
+from experiments.decision_accuracy import Runs
 from experiments.folders import LOCAL
 from experiments.ladder import PRESETS, Ladder, LadderSpec, make_rung
+from experiments.scaling_fit import interval
 from experiments.spec_file import load_spec
 from filters.benchmark_index import BenchmarkSpec, load_choice_items
 from shard_contract import TOKENIZER_FILE, held_out
@@ -423,15 +425,13 @@ def target_summary(target: dict[int, Runs], weights: np.ndarray, target_tokens: 
     """The target's size and the half-width its documents alone give a recipe's target loss at the largest scale
     (the widest over recipes; units resampled, the seeds' mean held): the documents it would take to bring that to
     DOCUMENT_HALF_WIDTH nats, as the half-width narrows with the square root of their count."""
-    from experiments.ablation_stats import unit_counts
-
     rng = np.random.default_rng(0)
     counts = unit_counts(len(weights), decision_accuracy.RESAMPLES, rng)
     half_widths = []
     for runs in target[max(target)].values():
         means = (counts @ runs.mean(axis=0)) / (counts @ weights)
-        low, high = np.percentile(means, [2.5, 97.5])
-        half_widths.append(float(high - low) / 2)
+        low, high = interval(means)
+        half_widths.append((high - low) / 2)
     half = max(half_widths)
     documents = target_tokens.num_rows
     return {"documents": documents, "tokens": int(sum(len(t) for t in target_tokens["tokens"].to_pylist())),
@@ -447,8 +447,6 @@ def forecasts(target: dict[int, Runs], weights: np.ndarray, scales: list[dict], 
     scale, with an interval from the seeds (each scale's mean redrawn at the t-based seed level, the line refitted):
     the forecast a team would make from its small runs, against what the largest runs measured. Needs
     FORECAST_SCALES smaller scales."""
-    from experiments.ablation_stats import t_level_means
-
     smaller = len(scales) - 1
     if smaller < FORECAST_SCALES:
         return {"made": False, "why": f"no forecast: needs {FORECAST_SCALES} smaller scales (this decision has {smaller})"}
@@ -463,7 +461,7 @@ def forecasts(target: dict[int, Runs], weights: np.ndarray, scales: list[dict], 
         slopes, intercepts = np.polyfit(x, np.log(np.maximum(draws, 1e-12)), 1)
         at = np.log(scales[-1]["flops"])
         predicted = float(np.exp(intercept + slope * at))
-        low, high = (float(v) for v in np.percentile(np.exp(intercepts + slopes * at), [2.5, 97.5]))
+        low, high = interval(np.exp(intercepts + slopes * at))
         measured = float((target[smaller][recipe].sum(axis=1) / weights.sum()).mean())
         result[recipe] = {"exponent": float(-slope), "predicted": predicted, "interval": [low, high], "measured": measured,
                           "relative_error": (predicted - measured) / measured, "measured_inside": low <= measured <= high}  # fmt: skip
