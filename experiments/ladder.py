@@ -68,6 +68,8 @@ class LadderSpec(BaseModel):
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
     warmup_fraction: float = Field(0.05, ge=0, lt=1)
     z_loss: float = Field(0.0, ge=0, description="weight of PaLM's z-loss on every rung (0: off)")
+    qk_norm: bool = Field(False, description="RMSNorm over each head's queries and keys on every rung")
+    init_std: float | None = Field(0.02, gt=0, description="std of every weight matrix's init; none: 1 / sqrt(fan_in)")
     eval_sequences: int = Field(256, gt=0, description="held-out sequences per source scored at the end of each rung")
     seed: int = 0
     parallel: int = Field(2, gt=0, description="rungs trained side by side")
@@ -122,7 +124,8 @@ def shape(spec: LadderSpec, width: int) -> dict:
     while width % heads:  # the most heads of at least head_dim that divide the width
         heads -= 1
     return {"dim": width, "n_layers": max(1, round(width / spec.aspect)), "n_heads": heads, "n_kv_heads": heads,
-            "ffn_hidden": -(-8 * width // 3 // 16) * 16, "tie_embeddings": True}  # fmt: skip
+            "ffn_hidden": -(-8 * width // 3 // 16) * 16, "tie_embeddings": True, "qk_norm": spec.qk_norm,
+            "init_std": spec.init_std}  # fmt: skip
 
 
 def learning_rate(spec: LadderSpec, width: int) -> float:

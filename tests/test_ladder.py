@@ -27,7 +27,8 @@ TRAIN = [sys.executable, "-c", "import sys; from experiments.cli import curate_m
 
 def test_the_shape_rule_and_the_rungs_spend_their_budget():
     spec = LadderSpec(mixture="m.yaml")
-    assert shape(spec, 96) == {"dim": 96, "n_layers": 3, "n_heads": 6, "n_kv_heads": 6, "ffn_hidden": 256, "tie_embeddings": True}
+    assert shape(spec, 96) == {"dim": 96, "n_layers": 3, "n_heads": 6, "n_kv_heads": 6, "ffn_hidden": 256, "tie_embeddings": True,
+                               "qk_norm": False, "init_std": 0.02}  # fmt: skip
     small, large = make_rung(spec, 48, 2e12, 2048), make_rung(spec, 128, 2e12, 2048)
     assert small.params_total == small.params_non_embedding + 2048 * 48  # tied: the embedding is counted once
     for rung in (small, large):
@@ -56,6 +57,19 @@ def test_each_rung_trains_at_its_widths_learning_rate(tmp_path):
         for width, lr in expected.items():
             settings = yaml.safe_load(ladder.config(make_rung(ladder.spec, width, 1e12, ladder.vocab)).read_text())
             assert settings["lr"] == pytest.approx(lr) and settings["min_lr"] == pytest.approx(0.1 * lr)
+
+
+def test_the_ladders_model_settings_reach_each_rungs_training_config(tmp_path):
+    """qk_norm and init_std of the spec land in every rung's model_overrides, and `train` builds that model."""
+    from training.config import TrainConfig
+
+    mixture = code_shards(tmp_path)
+    (tmp_path / "ladder.yaml").write_text(f"mixture: {mixture}\nqk_norm: true\ninit_std: null\n")
+    spec = load_ladder(str(tmp_path / "ladder.yaml"))
+    ladder = Ladder(spec, str(tmp_path / "l"))
+    settings = yaml.safe_load(ladder.config(make_rung(ladder.spec, 32, 1e12, ladder.vocab)).read_text())
+    model = TrainConfig(**settings).model_config_for(ladder.vocab)
+    assert (model.dim, model.qk_norm, model.init_std) == (32, True, None)
 
 
 def test_a_set_whose_lowest_loss_is_at_an_edge_gets_the_next_width_past_it():

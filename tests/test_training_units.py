@@ -821,3 +821,51 @@ def test_export_into_an_existing_file_is_one_line_naming_it_before_the_checkpoin
         assert main(["export", "--checkpoint", str(step), "--out", str(tmp_path / out)]) == 2
         assert capsys.readouterr().err == f"train export: --out {tmp_path / out} {where}; name a folder (a missing one is made)\n"
     assert main(["export", "--checkpoint", str(step), "--out", str(tmp_path / "hf")]) == 0 and (tmp_path / "hf" / "config.json").exists()
+
+
+def test_qk_norm_makes_attention_blind_to_the_scale_of_queries_and_keys_and_layouts_refuse_what_they_cannot_shard():
+    """With qk_norm each head's queries and keys are normalized before RoPE, so scaling wq and wk changes nothing;
+    without it the same scaling changes the logits (the check has teeth). Tensor parallelism refuses it in one line."""
+    from dataclasses import replace
+
+    from training.config import Parallelism
+
+    tokens = torch.randint(0, 64, (2, 24), generator=torch.Generator().manual_seed(0))
+    for qk_norm in (True, False):
+        torch.manual_seed(0)
+        model = Transformer(replace(MODEL_CONFIGS["tiny"], vocab_size=64, n_layers=2, qk_norm=qk_norm)).eval()
+        with torch.no_grad():
+            before = model(tokens)
+            for block in model.layers.values():
+                block.attention.wq.weight.mul_(7.0)
+                block.attention.wk.weight.mul_(3.0)
+            after = model(tokens)
+        assert torch.allclose(before, after, atol=1e-4) == qk_norm, qk_norm
+    norms = [name for name, _ in model.named_parameters() if "q_norm" in name or "k_norm" in name]
+    assert norms == []  # the last model was built without it
+    config = replace(MODEL_CONFIGS["tiny"], qk_norm=True)
+    assert {p.shape for n, p in Transformer(config).named_parameters() if n.endswith(("q_norm.weight", "k_norm.weight"))} == {
+        torch.Size([config.head_dim])}
+    with pytest.raises(ValueError, match="tp > 1 with model_overrides qk_norm"):
+        Parallelism(tp=2).check_model(config)
+
+
+def test_init_std_none_draws_each_matrix_at_one_over_the_square_root_of_its_fan_in():
+    """init_std none: every matrix's std is fan_in ** -0.5 (the residual outputs wo and w2 also divided by
+    sqrt(2 * layers)); the default keeps GPT-2's fixed 0.02, so both settings are distinguishable at width 256."""
+    from dataclasses import replace
+
+    torch.manual_seed(0)
+    base = replace(MODEL_CONFIGS["tiny"], vocab_size=512)
+    for init_std in (None, 0.02):
+        model = Transformer(replace(base, init_std=init_std))
+        for name, param in model.named_parameters():
+            if param.dim() != 2:
+                assert torch.all(param == 1.0), name  # norms start at one
+                continue
+            expected = init_std or param.shape[1] ** -0.5
+            if name.endswith(("wo.weight", "w2.weight")):
+                expected /= (2 * base.n_layers) ** 0.5
+            assert param.std().item() == pytest.approx(expected, rel=0.05), (init_std, name)
+    with pytest.raises(ValueError, match="init_std -1"):
+        replace(base, init_std=-1.0)

@@ -59,6 +59,9 @@ class Parallelism(BaseModel):
                              f"{config.n_kv_heads} key/value heads: each tensor-parallel rank needs whole heads (GQA)")  # fmt: skip
         if config.ffn_hidden % self.tp:  # the vocabulary may split unevenly (DTensor pads it); the FFN is kept even
             raise ValueError(f"parallelism.tp {self.tp} does not divide the model's ffn_hidden {config.ffn_hidden}")
+        if self.tp > 1 and config.qk_norm:
+            raise ValueError("parallelism.tp > 1 with model_overrides qk_norm: tensor parallelism does not shard the "
+                             "heads' norms yet; train a qk_norm model with tp 1")  # fmt: skip
         if self.pp > config.n_layers:
             raise ValueError(f"parallelism.pp {self.pp} is more stages than the model's {config.n_layers} layers")
         if self.pp > 1 and config.tie_embeddings:

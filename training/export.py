@@ -133,6 +133,9 @@ def export(path: str | Path, out: str | Path, dtype: str = "float32", shard_byte
 
     run, step = find_checkpoint(path)
     model = load_model(run, step)
+    if model.config.qk_norm:
+        raise ValueError(f"{run}: a qk_norm model has no Llama layout in transformers; export supports models "
+                         "trained without model_overrides qk_norm")  # fmt: skip
     tokenizer_file = run / TOKENIZER_FILE
     eos_id = Tokenizer.from_file(str(tokenizer_file)).token_to_id(EOS_TOKEN)
     out = Path(out)

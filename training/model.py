@@ -1,4 +1,4 @@
-"""A Llama-style decoder: RMSNorm, RoPE, SwiGLU, grouped-query attention, tied or untied embeddings."""
+"""A Llama-style decoder: RMSNorm, RoPE, SwiGLU, grouped-query attention, tied or untied embeddings, optional QK-norm."""
 
 from dataclasses import dataclass
 
@@ -23,10 +23,14 @@ class ModelConfig:
     rope_scaling: dict | None = None  # context extension: see training.rope
     norm_eps: float = 1e-5
     tie_embeddings: bool = True
+    qk_norm: bool = False  # RMSNorm over each head's queries and keys before RoPE (as Qwen 3)
+    init_std: float | None = 0.02  # std of every matrix's normal init; None: 1 / sqrt(fan_in) (embeddings: 1 / sqrt(dim))
 
     def __post_init__(self):
         if self.dim % self.n_heads or self.n_heads % self.n_kv_heads:
             raise ValueError(f"dim {self.dim} / n_heads {self.n_heads} / n_kv_heads {self.n_kv_heads} do not divide")
+        if self.init_std is not None and not self.init_std > 0:
+            raise ValueError(f"init_std {self.init_std} must be above 0 (or none: 1 / sqrt(fan_in))")
 
     @property
     def head_dim(self) -> int:
@@ -62,6 +66,8 @@ class Attention(nn.Module):
         self.wk = nn.Linear(config.dim, config.n_kv_heads * config.head_dim, bias=False)
         self.wv = nn.Linear(config.dim, config.n_kv_heads * config.head_dim, bias=False)
         self.wo = nn.Linear(config.n_heads * config.head_dim, config.dim, bias=False)
+        self.q_norm = nn.RMSNorm(config.head_dim, eps=config.norm_eps) if config.qk_norm else None
+        self.k_norm = nn.RMSNorm(config.head_dim, eps=config.norm_eps) if config.qk_norm else None
         self.attend = _sdpa
 
     def forward(self, x, cos, sin):
@@ -70,6 +76,8 @@ class Attention(nn.Module):
         q = self.wq(x).view(batch, seq, -1, self.head_dim)
         k = self.wk(x).view(batch, seq, -1, self.head_dim)
         v = self.wv(x).view(batch, seq, -1, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         out = self.attend(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)
         return self.wo(out.reshape(batch, seq, -1))
 
@@ -131,11 +139,15 @@ class Transformer(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        std = 0.02
+        """Normal weights, the residual outputs (wo, w2) scaled down by sqrt(2 * layers) (GPT-2). A fixed std of 0.02
+        suits widths near 768; at the cpu ladder's widths (16-64) it starts every matrix far smaller than its fan-in
+        gives, which `init_std: none` follows."""
         for name, param in self.named_parameters():
             if param.dim() == 2:
-                scale = std / (2 * self.config.n_layers) ** 0.5 if name.endswith(("wo.weight", "w2.weight")) else std
-                nn.init.normal_(param, mean=0.0, std=scale)
+                std = self.config.init_std or param.shape[1] ** -0.5  # embeddings too: (vocab, dim)
+                if name.endswith(("wo.weight", "w2.weight")):
+                    std /= (2 * self.config.n_layers) ** 0.5
+                nn.init.normal_(param, mean=0.0, std=std)
         for module in self.modules():
             if isinstance(module, nn.RMSNorm):
                 module.reset_parameters()
