@@ -7,9 +7,10 @@ curated training data's own held-out rows, never a decision's target).
 
 Needs the mixture's token shards (for the default: `curate run code-corpus --max-files 35 --output runs/ladder-code
 && curate tokenize runs/ladder-code --vocab-size 2048`). A change is `field=value` of the ladder spec (lr, lr_width,
-global_batch, warmup_fraction, min_lr_ratio, z_loss) or `tokens_per_param=value`; `baseline` is the preset as it
-is. Prints a markdown row per change: the seeds' spread (max - min) and mean of the validation loss at each width,
-and the wall time of its runs; baseline: the first change given. Runs are kept under --out: a rerun resumes.
+global_batch, warmup_fraction, min_lr_ratio, z_loss, qk_norm, init_std) or `tokens_per_param=value`, several joined
+by `+` (`init_std=null+warmup_fraction=0.2`); `baseline` is the preset as it is. Prints a markdown row per change:
+the seeds' spread (max - min) and mean of the validation loss at each width, and the wall time of its runs;
+baseline: the first change given. Runs are kept under --out: a rerun resumes.
 """
 
 import argparse
@@ -25,12 +26,15 @@ DEFAULT_CHANGES = "baseline,lr=2e-3,lr=1e-3,global_batch=32,warmup_fraction=0.2,
 
 
 def parse_change(change: str) -> tuple[dict, float | None]:
-    """(ladder-spec overrides, tokens per parameter or None) of one change."""
-    if change == "baseline":
-        return {}, None
-    field, _, value = change.partition("=")
-    parsed = yaml.safe_load(value)
-    return ({}, float(parsed)) if field == "tokens_per_param" else ({field: parsed}, None)
+    """(ladder-spec overrides, tokens per parameter or None) of one change: `baseline`, or `field=value` joined by +."""
+    overrides, tokens_per_param = {}, None
+    for part in change.split("+") if change != "baseline" else []:
+        field, _, value = part.partition("=")
+        if field == "tokens_per_param":
+            tokens_per_param = float(yaml.safe_load(value))
+        else:
+            overrides[field] = yaml.safe_load(value)
+    return overrides, tokens_per_param
 
 
 def main() -> None:

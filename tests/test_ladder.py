@@ -72,6 +72,20 @@ def test_the_ladders_model_settings_reach_each_rungs_training_config(tmp_path):
     assert (model.dim, model.qk_norm, model.init_std) == (32, True, None)
 
 
+def test_a_ladder_recorded_before_a_field_existed_matches_only_the_setting_it_was_trained_with(tmp_path):
+    """A ladder.json without init_std / qk_norm / z_loss was trained at 0.02 / off / 0: the same spec resumes it,
+    one that changes any of them is refused instead of reusing rungs trained another way."""
+    mixture = str(code_shards(tmp_path))
+    out = tmp_path / "old"
+    Ladder(load_ladder("cpu", mixture=mixture, init_std=0.02), str(out)).check_same_ladder()
+    record = json.loads((out / "ladder.json").read_text())
+    (out / "ladder.json").write_text(json.dumps({k: v for k, v in record.items() if k not in ("init_std", "qk_norm", "z_loss")}))
+    Ladder(load_ladder("cpu", mixture=mixture, init_std=0.02), str(out)).check_same_ladder()
+    for change in ({"init_std": 0.05}, {"qk_norm": True}, {"z_loss": 1e-4}):
+        with pytest.raises(ValueError, match="holds another ladder"):
+            Ladder(load_ladder("cpu", mixture=mixture, **({"init_std": 0.02} | change)), str(out)).check_same_ladder()
+
+
 def test_a_set_whose_lowest_loss_is_at_an_edge_gets_the_next_width_past_it():
     """The cpu ladder of 2026-12-05 (docs/benchmarks.md): 5e11's lowest loss at width 24, its smallest."""
     assert bracketing_width({24: 4.5042, 32: 4.5232, 48: 5.5034, 64: 5.3409}) == 16
