@@ -42,7 +42,7 @@ def spec_file(tmp_path: Path) -> Path:
         "curated": {"topics": {"recipe": "parquet-documents", "input": [str(tmp_path / "topics" / "*.parquet")]},
                     "modules": {"recipe": "parquet-documents", "input": [str(tmp_path / "modules" / "*.parquet")]}},
         "recipes": {"topics": {"topics": 1}, "modules": {"modules": 1}, "mix": {"topics": 1, "modules": 1}},
-        "target": {"curated": ["topics", "modules"], "fraction": 0.1},
+        "target": {"curated": ["topics", "modules"], "fraction": 0.1, "max_tokens": 96},
         "evals": [{"name": "toy", "format": "mc", "path": str(evals)}],
         "widths": [16, 24], "tokens_per_param": 1.5, "seeds": [2, 2], "vocab_size": 512, "tokenizer_sample_mb": 2,
         "eval_sequences": 4,
@@ -129,6 +129,15 @@ def test_a_forecast_needs_three_smaller_scales_and_carries_an_interval(tmp_path)
     assert "95% interval (seeds)" in render(four)
 
 
+def test_the_target_is_scored_on_each_documents_first_max_tokens(tmp_path):
+    from experiments.decide import scored_target
+
+    path = tmp_path / "target.parquet"
+    pq.write_table(pa.table({"id": ["a", "b", "c"], "tokens": [list(range(10)), [7, 8], []], "split": ["x"] * 3}), path)
+    assert scored_target(path, None).to_pydict() == {"id": ["a", "b", "c"], "tokens": [list(range(10)), [7, 8], []]}
+    assert scored_target(path, 4).to_pydict() == {"id": ["a", "b", "c"], "tokens": [[0, 1, 2, 3], [7, 8], []]}
+
+
 @pytest.mark.slow
 def test_a_killed_decision_resumes_and_retrains_nothing_finished(tmp_path):
     path, out = spec_file(tmp_path), tmp_path / "out"
@@ -158,6 +167,8 @@ def test_a_killed_decision_resumes_and_retrains_nothing_finished(tmp_path):
     trained_ids = {i for p in out.glob("curated/*/tokens/part-*.parquet")
                    for i, split in zip(*pq.read_table(p, columns=["id", "split"]).to_pydict().values()) if split == "train"}  # fmt: skip
     assert target.num_rows and not trained_ids & set(target["id"].to_pylist())  # no recipe trains on the target
+    scored = pq.read_table(next(out.glob("doc_losses/*.parquet")))["tokens"].to_numpy()
+    assert scored.max() == 96 and len(scored) == target.num_rows  # each document's first 96 tokens, every document
     (out / "report.html").unlink()
     report = subprocess.run(CURATE + ["report", str(out)], capture_output=True, text=True)
     assert report.returncode == 0 and "Decision accuracy" in (out / "report.html").read_text()
