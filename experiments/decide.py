@@ -74,7 +74,7 @@ class DecideSpec(BaseModel):
     max_items: int = Field(500, gt=0, description="items per evaluation set (a fixed sample of its first ones when more)")
     ladder: str = Field("cpu", description="ladder preset whose shape, lr rule, sequence and batch every scale uses: cpu|gpu")
     lr: float | None = Field(None, gt=0, description="the preset's peak lr instead (of its lr_width model; the same for "
-                             "every recipe): the cpu preset's 4e-3 x 64 / width makes w20's seeds differ by 0.7 nats")  # fmt: skip
+                             "every recipe)")  # fmt: skip
     widths: list[int] = Field([20, 32, 48], min_length=2, description="one model width per scale, smallest first")
     tokens_per_param: float = Field(10.0, gt=0, allow_inf_nan=False,
                                     description="training tokens per (total) parameter at every scale")

@@ -58,7 +58,7 @@ def test_decision_specs_are_validated_with_errors_that_name_the_field(tmp_path):
     assert load_decision(str(path)).seeds == [2, 2]
     from experiments.decide import Decision
 
-    assert Decision(load_decision(str(path)), str(tmp_path / "o")).ladder_spec.lr == 4e-3  # the cpu preset's
+    assert Decision(load_decision(str(path)), str(tmp_path / "o")).ladder_spec.lr == 8e-3  # the cpu preset's
     path.write_text(yaml.safe_dump(spec | {"lr": 1e-3}))
     assert Decision(load_decision(str(path)), str(tmp_path / "o")).ladder_spec.lr == 1e-3
     for change, message in [({"seeds": [2, 2, 2]}, "seeds: one count per width"), ({"widths": [24, 16]}, "widths: .*increasing"),
