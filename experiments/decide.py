@@ -144,9 +144,11 @@ class Decision:
         return resolve_inputs(args, make_console(), self.recipes[name].source.kind)
 
     def check_same(self) -> None:
+        """The spec and the training rule its preset gives (a newer release may change the rule) match the folder's."""
         record = self.out / "decision.json"
         set_only = lambda spec: {key: value for key, value in spec.items() if value is not None}  # noqa: E731
         given = set_only(json.loads(self.spec.model_dump_json()))  # an option left unset is not part of it
+        given["training_rule"] = json.loads(self.ladder_spec.model_dump_json(exclude={"mixture", "seed"}))
         if record.is_file() and set_only(json.loads(record.read_text())) != given:
             raise ValueError(f"{self.out} holds another decision (its decision.json differs): choose another --out")
         self.out.mkdir(parents=True, exist_ok=True)
@@ -254,7 +256,7 @@ class Decision:
 
     def train_and_score(self, job: dict, threads: int, target_tokens: pa.Table) -> dict:
         ladder, rung = job["ladder"], job["rung"]
-        if not ladder.result_path(rung).is_file():  # decision.json already pins the finished ones
+        if not ladder.result_path(rung).is_file():  # decision.json already pins the finished ones, rule included
             ladder.check_same_ladder()
         result = ladder.train(rung, threads)
         folder = ladder.out / "runs" / rung.name

@@ -129,6 +129,20 @@ def test_a_forecast_needs_three_smaller_scales_and_carries_an_interval(tmp_path)
     assert "95% interval (seeds)" in render(four)
 
 
+def test_a_decision_folder_trained_under_another_training_rule_is_refused(tmp_path):
+    """decision.json pins the preset's training rule too: the same spec after the rule changed (here its lr) is
+    another decision, not a resume that would mix runs of both rules."""
+    from experiments.decide import Decision
+
+    spec = load_decision(str(spec_file(tmp_path)))
+    Decision(spec, str(tmp_path / "o")).check_same()
+    Decision(spec, str(tmp_path / "o")).check_same()  # the same: a resume
+    changed = Decision(spec, str(tmp_path / "o"))
+    changed.ladder_spec = changed.ladder_spec.model_copy(update={"lr": 1e-3})
+    with pytest.raises(ValueError, match="holds another decision"):
+        changed.check_same()
+
+
 def test_the_target_is_scored_on_each_documents_first_max_tokens(tmp_path):
     from experiments.decide import scored_target
 
