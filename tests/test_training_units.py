@@ -795,18 +795,18 @@ def test_read_parquet_reads_the_columns_asked_in_their_order_and_names_a_missing
             read_parquet(path, ["id", "split"])
 
 
-def tiny_run(run: Path, texts: list[str]) -> Path:
-    """A `train` run folder as `train export` reads it: the tiny model at its first weights in a one-rank checkpoint,
-    its model.json and a tokenizer trained on `texts`; returns the checkpoint."""
+def tiny_run(run: Path, texts: list[str], config=MODEL_CONFIGS["tiny"]) -> Path:
+    """A `train` run folder as `train export` reads it: the tiny model (or `config`) at its first weights in a
+    one-rank checkpoint, its model.json and a tokenizer trained on `texts`; returns the checkpoint."""
     import torch.distributed.checkpoint as dcp
 
     from training import checkpoint
     from training.export import write_model_config
 
     step = run / "checkpoints" / "step-1"
-    dcp.save({"model": Transformer(MODEL_CONFIGS["tiny"]).state_dict()}, checkpoint_id=str(step), no_dist=True)
+    dcp.save({"model": Transformer(config).state_dict()}, checkpoint_id=str(step), no_dist=True)
     (step / checkpoint.STATE_FILE).write_text("{}")
-    write_model_config(run, MODEL_CONFIGS["tiny"])
+    write_model_config(run, config)
     (run / "tokenizer.json").write_text(train_tokenizer(texts, 300).to_str())
     return step
 
@@ -821,6 +821,19 @@ def test_export_into_an_existing_file_is_one_line_naming_it_before_the_checkpoin
         assert main(["export", "--checkpoint", str(step), "--out", str(tmp_path / out)]) == 2
         assert capsys.readouterr().err == f"train export: --out {tmp_path / out} {where}; name a folder (a missing one is made)\n"
     assert main(["export", "--checkpoint", str(step), "--out", str(tmp_path / "hf")]) == 0 and (tmp_path / "hf" / "config.json").exists()
+
+
+def test_export_of_a_qk_norm_model_is_refused_in_one_line(tmp_path, capsys):
+    """transformers' Llama has no per-head query/key norms: such a run is refused by name, nothing written."""
+    from dataclasses import replace
+
+    from training.cli import main
+
+    step = tiny_run(tmp_path / "run", ["a few words of text"] * 20, replace(MODEL_CONFIGS["tiny"], qk_norm=True))
+    assert main(["export", "--checkpoint", str(step), "--out", str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "qk_norm model has no Llama layout" in err and str(tmp_path / "run") in err
+    assert not (tmp_path / "hf" / "config.json").exists()
 
 
 def test_qk_norm_makes_attention_blind_to_the_scale_of_queries_and_keys_and_layouts_refuse_what_they_cannot_shard():

@@ -125,7 +125,7 @@ def cmd_export(argv: list[str]) -> int:
         return 2
     try:
         step = export(args.checkpoint, args.out, args.dtype)
-    except FileNotFoundError as error:
+    except (FileNotFoundError, ValueError) as error:
         print(f"train export: {error}", file=sys.stderr)
         return 2
     print(f"exported {step} to {args.out}: load it with transformers' AutoModelForCausalLM.from_pretrained({args.out!r})")
