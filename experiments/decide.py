@@ -448,7 +448,7 @@ def target_summary(target: dict[int, Runs], weights: np.ndarray, target_tokens: 
         half_widths.append((high - low) / 2)
     half = max(half_widths)
     documents = target_tokens.num_rows
-    return {"documents": documents, "tokens": int(sum(len(t) for t in target_tokens["tokens"].to_pylist())),
+    return {"documents": documents, "tokens": pc.sum(pc.list_value_length(target_tokens["tokens"])).as_py() or 0,
             "document_half_width": half, "goal_half_width": DOCUMENT_HALF_WIDTH,
             "documents_for_goal": int(np.ceil(documents * (half / DOCUMENT_HALF_WIDTH) ** 2))}  # fmt: skip
 

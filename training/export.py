@@ -132,10 +132,10 @@ def export(path: str | Path, out: str | Path, dtype: str = "float32", shard_byte
     from tokenizers import Tokenizer
 
     run, step = find_checkpoint(path)
-    model = load_model(run, step)
-    if model.config.qk_norm:
+    if (run / MODEL_FILE).is_file() and json.loads((run / MODEL_FILE).read_text()).get("qk_norm"):  # before the weights load
         raise ValueError(f"{run}: a qk_norm model has no Llama layout in transformers; export supports models "
                          "trained without model_overrides qk_norm")  # fmt: skip
+    model = load_model(run, step)
     tokenizer_file = run / TOKENIZER_FILE
     eos_id = Tokenizer.from_file(str(tokenizer_file)).token_to_id(EOS_TOKEN)
     out = Path(out)
