@@ -48,6 +48,7 @@ BASE = "base"
 ALL, KEPT, REMOVED = "all", "kept", "removed"
 SLICES = (ALL, KEPT, REMOVED)  # the validation documents; those in the base's curated output; the others
 ADDED_RUNS = ("data_scaling", "ladder")  # spec fields that add runs to an ablation without changing its others
+ADDED_FIELDS = {"width": None}  # what an ablation.json written before a field existed had: its default
 
 
 class VariantSpec(BaseModel):
@@ -71,6 +72,9 @@ class AblationSpec(BaseModel):
     tokens: int | None = Field(None, gt=0, description="training tokens per run (default: 20 per parameter, capped by "
                                "the smallest variant's training tokens times max_epochs)")  # fmt: skip
     model: str = Field("tiny", description="training preset (tiny|small|1b) or a settings YAML")
+    width: int | None = Field(None, ge=8, description="train the cpu ladder rule's model of this width instead of `model` "
+                              "(`train ladder`'s shape, fan-in init, peak lr 8e-3 x 64 / width, 5% warmup, shuffled "
+                              "windows): the rule whose seeds agree (docs/benchmarks.md, seed noise)")  # fmt: skip
     seed: int = 0
     seeds: int = Field(3, ge=2, description="runs of every variant, the base included (seeds seed, seed+1, ...): the "
                        "seed-to-seed noise that, with the documents', sets each difference's interval")  # fmt: skip
@@ -82,7 +86,8 @@ class AblationSpec(BaseModel):
     eval_every: int = Field(10, gt=0, description="validation loss every N steps")
     eval_sequences: int = Field(64, gt=0, description="validation sequences scored at each validation")
     vocab_size: int = Field(4096, ge=512)
-    ranks: int | None = Field(None, gt=0, description="processes per training run (default: GPUs, else 2)")
+    ranks: int | None = Field(None, gt=0, description="processes per training run (default: 1 with `width`, as a ladder's "
+                              "rungs; else GPUs, else 2)")  # fmt: skip
     ladder: bool = Field(False, description="also train every variant on the same small ladder (experiments.ablation_ladder): "
                          "the order of each pair at every rung, and the tokens of one variant that match another")  # fmt: skip
     data_scaling: list[float] = Field(default_factory=list, description="fractions of the token budget, e.g. [0.25, "
@@ -174,7 +179,7 @@ class Ablation:
         """Refuse an OUT that holds another ablation; data_scaling and ladder only add runs, so they may change."""
         record = self.out / "ablation.json"
         given = json.loads(self.spec.model_dump_json()) | {"inputs": self.inputs}
-        identity = lambda spec: {key: value for key, value in spec.items() if key not in ADDED_RUNS}  # noqa: E731
+        identity = lambda spec: {key: value for key, value in (ADDED_FIELDS | spec).items() if key not in ADDED_RUNS}  # noqa: E731
         if record.is_file() and identity(json.loads(record.read_text())) != identity(given):
             raise RecipeError(f"{self.out} holds another ablation (its ablation.json differs): choose another --out")
         self.out.mkdir(parents=True, exist_ok=True)
@@ -250,11 +255,10 @@ class Ablation:
         tokens more than max_epochs times."""
         import torch
 
-        from training.config import load_config
         from training.model import Transformer
         from training.plan import CHINCHILLA_TOKENS_PER_PARAM
 
-        config = load_config(self.spec.model)
+        config = self.train_config(1)
         with torch.device("meta"):
             params = Transformer(config.model_config_for(self.spec.vocab_size)).num_params()
         trainable = {name: sum(s["tokens"] - s["validation_tokens"] for s in stats["sources"].values())
@@ -295,9 +299,8 @@ class Ablation:
         """Every variant also trained, seed `seed`, on each fraction of the budget its data allows; the laws of
         loss against tokens on the deciding slice and the tokens each variant needs to match the base."""
         from experiments.data_scaling import compare
-        from training.config import load_config
 
-        per_step = load_config(self.spec.model).base_shape().tokens_per_step
+        per_step = self.train_config(1).base_shape().tokens_per_step
         mask, losses = slices[self.spec.deciding_slice], dict(losses)
         points = {}
         for variant, stats in token_stats.items():
@@ -348,6 +351,27 @@ class Ablation:
         write_text_atomic(LOCAL, str(path), yaml.safe_dump(mixture, sort_keys=False))
         return path
 
+    def config_argument(self, steps: int) -> str:
+        """`train --config` of a run of `steps` steps: the spec's model, or the ladder rule's settings at its width."""
+        if self.spec.width is None:
+            return self.spec.model
+        from experiments.ladder import PRESETS, LadderSpec, rung_settings, write_settings
+
+        rule = LadderSpec(**PRESETS["cpu"])
+        settings = rung_settings(rule, self.spec.width, steps, self.ranks())
+        return str(write_settings(self.out / "configs" / f"w{self.spec.width}-{steps}-steps.yaml", settings))
+
+    def model_name(self) -> str:
+        return self.spec.model if self.spec.width is None else f"width {self.spec.width} by the cpu ladder's rule"
+
+    def ranks(self) -> int | None:
+        return self.spec.ranks or (1 if self.spec.width else None)
+
+    def train_config(self, steps: int):
+        from training.config import load_config
+
+        return load_config(self.config_argument(steps))
+
     def train(self, run: str, variant: str, seed: int, steps: int, documents: Path) -> Path:
         from training import checkpoint
 
@@ -356,11 +380,11 @@ class Ablation:
         if latest is not None and latest.name == f"step-{steps:08d}":
             return folder
         command = [sys.executable, "-m", "training", "--mixture", str(self.mixture(variant, documents)), "--config",
-                   self.spec.model, "--steps", str(steps), "--seed", str(seed), "--out", str(folder),
+                   self.config_argument(steps), "--steps", str(steps), "--seed", str(seed), "--out", str(folder),
                    "--eval-every", str(self.spec.eval_every), "--eval-sequences", str(self.spec.eval_sequences),
                    "--checkpoint-every", str(max(1, steps // 4)), "--resume"]  # fmt: skip
-        if self.spec.ranks:
-            command += ["--ranks", str(self.spec.ranks)]
+        if self.ranks():
+            command += ["--ranks", str(self.ranks())]
         log = self.out / "train" / f"{run}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         self.log(f"training {run}: {steps} steps (log: {log})")
@@ -375,12 +399,11 @@ class Ablation:
         path = self.out / "doc_losses" / f"{run}.parquet"
         if path.is_file():
             return pq.read_table(path)
-        from training.config import load_config
         from training.doc_losses import score_documents
 
         table = pq.read_table(documents.parent / TOKENS_DIR / documents.name, columns=["id", "tokens"])
         self.log(f"scoring {run} on {table.num_rows:,} validation documents")
-        losses = score_documents(folder, table["id"].to_pylist(), table["tokens"].to_pylist(), load_config(self.spec.model).seq_len)
+        losses = score_documents(folder, table["id"].to_pylist(), table["tokens"].to_pylist(), self.train_config(1).seq_len)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_parquet_atomic(LOCAL, str(path), losses)
         return losses
@@ -463,7 +486,7 @@ def run_ablation(ablation: Ablation, run_recipe) -> dict:
     slices = ablation.slices(losses[next(iter(losses))]["id"].to_pylist())
     tokens_per_doc = losses[next(iter(losses))]["tokens"].to_numpy()
     results = {
-        "base": ablation.spec.base, "model": ablation.spec.model, "inputs": len(ablation.inputs),
+        "base": ablation.spec.base, "model": ablation.model_name(), "inputs": len(ablation.inputs),
         "budget": {"tokens": tokens, "steps": steps, "why": why},
         "seeds": list(range(ablation.spec.seed, ablation.spec.seed + ablation.spec.seeds)),
         "validation": {key: sum(s[key] for s in validation.values()) for key in ("documents", "tokens")},

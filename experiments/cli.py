@@ -31,6 +31,8 @@ def add_ablate_arguments(ablate) -> None:
     ablate.add_argument("--tokens", type=positive_int, help="training tokens per run (default: 20 per parameter, "
                         "capped so no variant repeats its tokens)")  # fmt: skip
     ablate.add_argument("--model", help="training preset tiny|small|1b or a settings YAML (default tiny)")
+    ablate.add_argument("--width", type=positive_int, help="train the cpu ladder rule's model of this width instead of "
+                        "--model (shape, fan-in init, peak lr 8e-3 x 64 / width, 5%% warmup; 1 rank per run)")  # fmt: skip
     ablate.add_argument("--ladder", action="store_true", help="also train every variant on the same small ladder "
                         "(IsoFLOP sets of `train ladder`, budgets the smallest variant's data allows): each pair's order at "
                         "every rung, decision accuracy, and the tokens of one variant's data that match another's loss")  # fmt: skip
@@ -188,7 +190,7 @@ def cmd_ablate(args) -> int:
         variants = [load_variant(path) for path in args.variant] or None
         benchmarks = [_benchmark_argument(text) for text in args.benchmark] or None
         spec = load_ablation(args.ablation, base=args.base, variants=variants, tokens=args.tokens, model=args.model,
-                             seeds=args.seeds, benchmarks=benchmarks, ladder=args.ladder or None)  # fmt: skip
+                             width=args.width, seeds=args.seeds, benchmarks=benchmarks, ladder=args.ladder or None)  # fmt: skip
         inputs, snapshot = resolve_inputs(args, console, load_recipe(spec.base).source.kind)
         ablation = Ablation(spec, args.out, inputs, snapshot, log=console.print)
     except (RecipeError, ValueError, OSError) as error:

@@ -144,6 +144,26 @@ def learning_rate_rule(spec: LadderSpec) -> str:
     return f"{spec.lr:g}" if spec.lr_width is None else f"{spec.lr:g} x {spec.lr_width} / width"
 
 
+def rung_settings(spec: LadderSpec, width: int, steps: int, ranks: int) -> dict:
+    """The `train` settings of one model of the ladder's rule: its width's shape, init and lr, `steps` steps of a
+    cosine schedule with the rule's warmup, windows shuffled; evaluated and checkpointed by its length."""
+    lr = learning_rate(spec, width)
+    return {
+        "model": "tiny", "model_overrides": shape(spec, width), "seq_len": spec.seq_len, "steps": steps,
+        "global_batch": spec.global_batch, "micro_batch": spec.micro_batch or spec.global_batch // ranks,
+        "lr": lr, "min_lr": lr * spec.min_lr_ratio, "warmup": round(spec.warmup_fraction * steps),
+        "schedule": "cosine", "shuffle_sequences": True, "seed": spec.seed, "eval_every": steps, "z_loss": spec.z_loss,
+        "eval_sequences": spec.eval_sequences, "checkpoint_every": max(1, steps // 4), "keep_checkpoints": 1,
+        "log_every": max(1, steps // 50),
+    }  # fmt: skip
+
+
+def write_settings(path: Path, settings: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(LOCAL, str(path), yaml.safe_dump(settings, sort_keys=False))
+    return path
+
+
 @dataclass
 class Rung:
     name: str
@@ -178,6 +198,15 @@ def make_rung(spec: LadderSpec, width: int, budget: float, vocab: int, held_out:
     tokens = steps * tokens_per_step
     name = f"{'holdout' if held_out else 'iso'}-{budget:.1e}-w{width}".replace("+", "")
     return Rung(name, width, budget, steps, tokens, tokens * per_token, total, non_embedding, per_token, held_out)
+
+
+def drawn_points(law, rungs: list[Rung], sigma: float, rng) -> list[dict]:
+    """The points `rungs` would give if their losses were `law`'s (a scaling_fit.Law) times lognormal noise of
+    `sigma`: what tests of the fit and benchmarks/law_span.py fit, in the ladder's point format, N total."""
+    return [{"run": r.name, "size": f"w{r.width}", "params": float(r.params_total), "params_total": float(r.params_total),
+             "params_non_embedding": float(r.params_non_embedding), "tokens": float(r.tokens), "flops": float(r.flops),
+             "held_out": r.held_out, "val_loss": float(law.loss(r.params_total, r.tokens) * math.exp(rng.normal(0, sigma)))}
+            for r in rungs]  # fmt: skip
 
 
 def width_step(width: int, up: bool) -> int:
@@ -262,19 +291,8 @@ class Ladder:
                 raise ValueError(f"rung {rung.name} ({rung.tokens:,} tokens): {problem}")
 
     def config(self, rung: Rung) -> Path:
-        spec, lr = self.spec, learning_rate(self.spec, rung.width)
-        settings = {
-            "model": "tiny", "model_overrides": shape(spec, rung.width), "seq_len": spec.seq_len, "steps": rung.steps,
-            "global_batch": spec.global_batch, "micro_batch": spec.micro_batch or spec.global_batch // self.ranks,
-            "lr": lr, "min_lr": lr * spec.min_lr_ratio, "warmup": round(spec.warmup_fraction * rung.steps),
-            "schedule": "cosine", "shuffle_sequences": True, "seed": spec.seed, "eval_every": rung.steps, "z_loss": spec.z_loss,
-            "eval_sequences": spec.eval_sequences, "checkpoint_every": max(1, rung.steps // 4), "keep_checkpoints": 1,
-            "log_every": max(1, rung.steps // 50),
-        }  # fmt: skip
         path = self.out / "configs" / f"{rung.name}.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(LOCAL, str(path), yaml.safe_dump(settings, sort_keys=False))
-        return path
+        return write_settings(path, rung_settings(self.spec, rung.width, rung.steps, self.ranks))
 
     def result_path(self, rung: Rung) -> Path:
         return self.out / "results" / f"{rung.name}.json"

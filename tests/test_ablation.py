@@ -1,5 +1,6 @@
 """`curate ablate`: variant recipes, multiple-choice scoring, and a two-variant ablation end to end on real parts."""
 
+import argparse
 import json
 import re
 import subprocess
@@ -61,6 +62,40 @@ def test_ablation_files_and_flags_are_validated_with_errors_that_name_the_field(
     spec.write_text("variants: [{name: a, remove: [quality]}]\n")
     assert main(["ablate", str(spec), "--benchmark", "arc-only-a-name"]) == 2
     assert "give NAME=FORMAT:PATH" in capsys.readouterr().err
+
+
+def test_a_width_trains_the_ladders_rule_and_an_older_ablation_folder_still_resumes(tmp_path):
+    from experiments.ablation import Ablation, load_ablation
+    from experiments.cli import add_ablate_arguments
+    from experiments.ladder import PRESETS, LadderSpec, rung_settings
+    from training.config import load_config
+
+    spec_file = tmp_path / "ablation.yaml"
+    spec_file.write_text("variants: [{name: raw, recipe: extract-only}]\nwidth: 20\n")
+    ablation = Ablation(load_ablation(str(spec_file)), str(tmp_path / "out"), ["pages.warc.gz"], "")
+    config = load_config(ablation.config_argument(400))
+    rule = rung_settings(LadderSpec(**PRESETS["cpu"]), 20, 400, 1)
+    assert config.model_dump(include=set(rule)) == rule  # every setting of `train ladder`'s width-20 rung
+    assert (config.lr, config.warmup, config.micro_batch, config.model_overrides["init_std"]) == (8e-3 * 64 / 20, 20, 16, None)
+    assert ablation.ranks() == 1 and ablation.model_name() == "width 20 by the cpu ladder's rule"
+    with pytest.raises(RecipeError, match="width: Input should be greater than or equal to 8"):
+        load_ablation(str(spec_file), width=4)
+    preset = Ablation(load_ablation(None, variants=[{"name": "raw", "recipe": "extract-only"}]), str(tmp_path / "preset"),
+                      ["pages.warc.gz"], "")  # fmt: skip
+    assert preset.config_argument(400) == "tiny" and preset.ranks() is None
+    parser = argparse.ArgumentParser()
+    add_ablate_arguments(parser)
+    assert parser.parse_args([str(spec_file), "--width", "32"]).width == 32
+
+    # an ablation.json written before `width` existed is the same ablation as a spec without one
+    preset.check_same_ablation()
+    record = tmp_path / "preset" / "ablation.json"
+    written = json.loads(record.read_text())
+    record.write_text(json.dumps({key: value for key, value in written.items() if key != "width"}))
+    preset.check_same_ablation()
+    record.write_text(json.dumps(written | {"width": 48}))
+    with pytest.raises(RecipeError, match="holds another ablation"):
+        preset.check_same_ablation()
 
 
 def test_multiple_choice_layouts_give_context_choices_and_answer(tmp_path):
@@ -180,21 +215,21 @@ def test_wilson_interval():
 @pytest.mark.slow
 def test_ablation_end_to_end_paired_intervals_and_resumed(tmp_path):
     """Two seeds (set here to keep CI short; the default is 3) of the base and a variant without the quality filter
-    (a variant identical to the base is never called: tests/test_ablation_stats.py), each training a 2-layer model of
-    width 64 for 8 steps: what is checked is the ablation's steps and bookkeeping, which no model size changes."""
+    (a variant identical to the base is never called: tests/test_ablation_stats.py), each training the ladder rule's
+    width-64 model (2 layers) for 4 steps on 2 ranks: what is checked is the ablation's steps and bookkeeping, which no
+    model size changes."""
     pages = tmp_path / "pages"
     sample.generate(pages, pages=300, files=3, seed=5)
     benchmark = tmp_path / "hellaswag.jsonl"
     benchmark.write_text("".join(json.dumps({"ind": i, "ctx": f"Item {i}: the committee met and", "endings": ENDINGS,
                                              "label": i % 3}) + "\n" for i in range(12)))  # fmt: skip
-    model = tmp_path / "model.yaml"
-    model.write_text("model_overrides: {dim: 64, n_layers: 2, n_heads: 2, n_kv_heads: 1, ffn_hidden: 172}\n")
     ablation = tmp_path / "ablation.yaml"
     ablation.write_text(f"""
 base: fineweb-snapshot
 variants:
   - {{name: no-quality, remove: [quality]}}
-model: {model}
+width: 64
+ranks: 2
 tokens: 8192
 seeds: 2
 eval_every: 4

@@ -232,14 +232,12 @@ WIDE_LAYOUT = {"budgets": [2.5e11, 1e12, 4e12, 1.6e13], "widths": [16, 24, 32, 4
 def rung_points(law: Law, layout: dict, sigma: float, rng) -> list[dict]:
     """`law`'s losses, with multiplicative noise, at the rungs the cpu ladder preset (with `layout` over it) trains:
     every width at every budget, and the held-out rung."""
-    from experiments.ladder import PRESETS, LadderSpec, make_rung
+    from experiments.ladder import PRESETS, LadderSpec, drawn_points, make_rung
 
     spec = LadderSpec(**(PRESETS["cpu"] | layout))
     rungs = [make_rung(spec, width, budget, 2048) for budget in spec.budgets for width in spec.widths]
     rungs.append(make_rung(spec, spec.widths[len(spec.widths) // 2], spec.budgets[-1] * spec.holdout_factor, 2048, held_out=True))
-    return [{"run": r.name, "size": str(r.width), "params": float(r.params_total), "params_non_embedding": float(r.params_non_embedding),
-             "params_total": float(r.params_total), "tokens": float(r.tokens), "flops": float(r.flops), "held_out": r.held_out,
-             "val_loss": float(law.loss(r.params_total, r.tokens) * np.exp(rng.normal(0, sigma)))} for r in rungs]  # fmt: skip
+    return drawn_points(law, rungs, sigma, rng)
 
 
 @pytest.mark.slow
