@@ -97,6 +97,12 @@ class AblationSpec(BaseModel):
     benchmarks: list[BenchmarkSpec] = Field(default_factory=list, description="multiple-choice benchmarks (formats "
                                             "hellaswag, arc, mmlu or your own fields with choices and answer), local files")  # fmt: skip
 
+    @model_validator(mode="after")
+    def one_model(self) -> "AblationSpec":
+        if self.width is not None and "model" in self.model_fields_set:
+            raise ValueError(f"give `model` ({self.model}) or `width` ({self.width}, the cpu ladder's rule), not both")
+        return self
+
     @field_validator("data_scaling")
     @classmethod
     def distinct_fractions(cls, fractions: list[float]) -> list[float]:
@@ -351,14 +357,21 @@ class Ablation:
         write_text_atomic(LOCAL, str(path), yaml.safe_dump(mixture, sort_keys=False))
         return path
 
-    def config_argument(self, steps: int) -> str:
-        """`train --config` of a run of `steps` steps: the spec's model, or the ladder rule's settings at its width."""
+    def rule_settings(self, steps: int) -> dict | None:
+        """With `width`: the cpu ladder rule's `train` settings of that width for `steps` steps; else None."""
         if self.spec.width is None:
-            return self.spec.model
-        from experiments.ladder import PRESETS, LadderSpec, rung_settings, write_settings
+            return None
+        from experiments.ladder import PRESETS, LadderSpec, rung_settings
 
-        rule = LadderSpec(**PRESETS["cpu"])
-        settings = rung_settings(rule, self.spec.width, steps, self.ranks())
+        return rung_settings(LadderSpec(**PRESETS["cpu"]), self.spec.width, steps, self.ranks())
+
+    def config_argument(self, steps: int) -> str:
+        """`train --config` of a run of `steps` steps: the spec's model, or the ladder rule's settings file."""
+        from experiments.ladder import write_settings
+
+        settings = self.rule_settings(steps)
+        if settings is None:
+            return self.spec.model
         return str(write_settings(self.out / "configs" / f"w{self.spec.width}-{steps}-steps.yaml", settings))
 
     def model_name(self) -> str:
@@ -368,9 +381,10 @@ class Ablation:
         return self.spec.ranks or (1 if self.spec.width else None)
 
     def train_config(self, steps: int):
-        from training.config import load_config
+        from training.config import TrainConfig, load_config
 
-        return load_config(self.config_argument(steps))
+        settings = self.rule_settings(steps)
+        return load_config(self.spec.model) if settings is None else TrainConfig(**settings)
 
     def train(self, run: str, variant: str, seed: int, steps: int, documents: Path) -> Path:
         from training import checkpoint

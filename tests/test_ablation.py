@@ -80,6 +80,9 @@ def test_a_width_trains_the_ladders_rule_and_an_older_ablation_folder_still_resu
     assert ablation.ranks() == 1 and ablation.model_name() == "width 20 by the cpu ladder's rule"
     with pytest.raises(RecipeError, match="width: Input should be greater than or equal to 8"):
         load_ablation(str(spec_file), width=4)
+    with pytest.raises(RecipeError, match=r"give `model` \(small\) or `width` \(20, the cpu ladder's rule\), not both"):
+        load_ablation(str(spec_file), model="small")
+    assert ablation.train_config(400) == config and not (tmp_path / "out" / "configs" / "w20-1-steps.yaml").exists()
     preset = Ablation(load_ablation(None, variants=[{"name": "raw", "recipe": "extract-only"}]), str(tmp_path / "preset"),
                       ["pages.warc.gz"], "")  # fmt: skip
     assert preset.config_argument(400) == "tiny" and preset.ranks() is None
