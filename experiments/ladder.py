@@ -68,6 +68,8 @@ class LadderSpec(BaseModel):
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
     warmup_fraction: float = Field(0.05, ge=0, lt=1)
     z_loss: float = Field(0.0, ge=0, description="weight of PaLM's z-loss on every rung (0: off)")
+    average_last: float = Field(0.0, ge=0, lt=1, description="every rung ends with the mean of its weights over this "
+                                "fraction of its last steps (0: its last step's weights)")
     qk_norm: bool = Field(False, description="RMSNorm over each head's queries and keys on every rung")
     init_std: float | None = Field(None, gt=0, description="std of every weight matrix's init; none: 1 / sqrt(fan_in) "
                                    "(0.02, GPT-2's, left the cpu preset's w20 seeds 0.6 nats apart)")
@@ -108,7 +110,7 @@ class LadderSpec(BaseModel):
 
 
 # What rungs recorded before a field existed were trained with: a ladder.json without the field had that setting.
-TRAINED_BEFORE_FIELDS = {"z_loss": 0.0, "qk_norm": False, "init_std": 0.02}
+TRAINED_BEFORE_FIELDS = {"z_loss": 0.0, "qk_norm": False, "init_std": 0.02, "average_last": 0.0}
 
 PRESETS = {
     "cpu": {"mixture": "mixtures/ladder_code.yaml"},
@@ -153,6 +155,7 @@ def rung_settings(spec: LadderSpec, width: int, steps: int, ranks: int) -> dict:
         "global_batch": spec.global_batch, "micro_batch": spec.micro_batch or spec.global_batch // ranks,
         "lr": lr, "min_lr": lr * spec.min_lr_ratio, "warmup": round(spec.warmup_fraction * steps),
         "schedule": "cosine", "shuffle_sequences": True, "seed": spec.seed, "eval_every": steps, "z_loss": spec.z_loss,
+        "average_last": spec.average_last,
         "eval_sequences": spec.eval_sequences, "checkpoint_every": max(1, steps // 4), "keep_checkpoints": 1,
         "log_every": max(1, steps // 50),
     }  # fmt: skip

@@ -335,12 +335,7 @@ def test_bf16_with_activation_checkpointing_and_compile_resumes_bit_identically(
 
 def adam_updates(checkpoint: Path) -> int:
     """Optimizer steps taken, from AdamW's own counter in a DCP checkpoint."""
-    import torch
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-    dcp_to_torch_save(str(checkpoint), str(checkpoint.parent / "whole.pt"))
-    state = torch.load(checkpoint.parent / "whole.pt", weights_only=False)
-    (checkpoint.parent / "whole.pt").unlink()
+    state = checkpoint_tensors(checkpoint)
     (steps,) = {int(param_state["step"]) for param_state in state["optim"]["state"].values()}  # one count for all
     return steps
 
@@ -423,6 +418,39 @@ def test_z_loss_weight_changes_the_updates_not_the_logged_loss(workdir):
     assert "z_loss" not in plain and weighted.z_loss.notna().all()
     assert weighted.loss[1] == plain.loss[1] and (weighted.loss[2:] != plain.loss[2:]).all()
     assert 0.8 * math.log(2048) ** 2 < weighted.z_loss[1] < 1.2 * math.log(2048) ** 2
+
+
+def checkpoint_tensors(checkpoint: Path) -> dict:
+    """A DCP checkpoint's tensors, gathered whole: model, optimizer and what was saved beside them."""
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    whole = checkpoint.parent / f"{checkpoint.name}.pt"
+    dcp_to_torch_save(str(checkpoint), str(whole))
+    state = torch.load(whole, weights_only=False)
+    whole.unlink()
+    return state
+
+
+def test_weight_average_of_the_last_steps_is_what_the_run_ends_with_and_survives_a_kill(workdir):
+    """--average-last 0.5 of 6 steps averages the weights after steps 4, 5 and 6: step 5's checkpoint holds its
+    weights and the running mean of steps 4-5 (their mean), the run ends with the mean (its last checkpoint's model
+    is the mean saved beside it, not the last step's weights), and a run killed inside the window and resumed ends
+    with the same weights, bit for bit."""
+    import torch
+
+    common = ["training", "--mixture", "two.yaml", "--config", "settings.yaml", "--steps", "6", "--checkpoint-every", "1",
+              "--average-last", "0.5"]  # fmt: skip
+    run(*common, "--out", "averaged", cwd=workdir)
+    steps = {step: checkpoint_tensors(workdir / "averaged" / "checkpoints" / f"step-{step:08d}") for step in (3, 4, 5, 6)}
+    assert "extra" not in steps[3] and steps[4]["extra"] and set(steps[4]["extra"]) <= set(steps[4]["model"])
+    for name, mean in steps[5]["extra"].items():
+        torch.testing.assert_close(mean, (steps[4]["model"][name] + steps[5]["model"][name]) / 2)
+        assert torch.equal(steps[6]["model"][name], steps[6]["extra"][name])
+        assert not torch.equal(steps[6]["model"][name], steps[5]["model"][name])
+    resume(common, "averaged-killed", workdir, kill_at_checkpoint(workdir, common, "averaged-killed", 4))
+    resumed = checkpoint_tensors(workdir / "averaged-killed" / "checkpoints" / "step-00000006")
+    assert all(torch.equal(resumed["model"][name], weights) for name, weights in steps[6]["model"].items())
 
 
 def train_command(*args: str, mixture: str = "two.yaml") -> list[str]:

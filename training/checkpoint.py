@@ -70,12 +70,17 @@ def incomplete(path: Path) -> str | None:
     return None
 
 
+def step_of(path: Path) -> int:
+    """The step a checkpoint folder `step-N` was taken after."""
+    return int(path.name[5:])
+
+
 def latest(folder: str | Path, skipped: list[tuple[Path, str]] | None = None) -> Path | None:
     """The newest complete checkpoint, if any; each newer one that is not complete goes into `skipped` with why."""
     folder = Path(folder)
     if not folder.is_dir():
         return None
-    steps = sorted((p for p in folder.iterdir() if _STEP_DIR.fullmatch(p.name)), key=lambda p: int(p.name[5:]), reverse=True)
+    steps = sorted((p for p in folder.iterdir() if _STEP_DIR.fullmatch(p.name)), key=step_of, reverse=True)
     for step in steps:
         why = incomplete(step)
         if why is None:
@@ -114,7 +119,8 @@ def _write_failure(failure: CheckpointException, folder: Path, state: dict) -> O
     return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)) if any(verdicts) else None
 
 
-def save(folder: str | Path, step: int, model, optimizer, train_state: dict, keep: int) -> Path:
+def save(folder: str | Path, step: int, model, optimizer, train_state: dict, keep: int, extra: dict | None = None) -> Path:
+    """Write step `step`'s checkpoint; `extra` (tensors by name, e.g. a weight average) is saved beside the model."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -128,7 +134,7 @@ def save(folder: str | Path, step: int, model, optimizer, train_state: dict, kee
             shutil.rmtree(stale)
     dist.barrier()
     model_state, optim_state = get_state_dict(model, optimizer)
-    state = {"model": model_state, "optim": optim_state}
+    state = {"model": model_state, "optim": optim_state} | ({"extra": extra} if extra else {})
     try:
         dcp.save(state, checkpoint_id=str(tmp))
         rngs = [None] * dist.get_world_size()
@@ -162,13 +168,14 @@ def _write_json(path: Path, data: dict) -> None:
         os.fsync(handle.fileno())
 
 
-def load(path: str | Path, model, optimizer) -> dict:
-    """Load model and optimizer in place (resharding as needed) and return the train state."""
+def load(path: str | Path, model, optimizer, extra: dict | None = None) -> dict:
+    """Load model, optimizer and the `extra` tensors saved beside them in place (resharding as needed) and return the
+    train state."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     model_state, optim_state = get_state_dict(model, optimizer)
-    state = {"model": model_state, "optim": optim_state}
+    state = {"model": model_state, "optim": optim_state} | ({"extra": extra} if extra else {})
     dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     with open(Path(path) / STATE_FILE) as handle:

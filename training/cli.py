@@ -58,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="on a loss spike: log its documents, skip the update, or rewind to the last checkpoint and "
                         "never train on the offending documents again")  # fmt: skip
     parser.add_argument("--z-loss", type=float, dest="z_loss", help="z-loss weight, e.g. 1e-4 (0: off)")
+    parser.add_argument("--average-last", type=float, dest="average_last",
+                        help="end with the mean of the weights over this fraction of the last steps, e.g. 0.2 (0: off)")
     parser.add_argument("--fp8", choices=fp8.RECIPES,
                         help="float8 matmuls in the blocks (torchao; GPUs with compute capability 8.9+: H100/H200); "
                         "refused in one line elsewhere")  # fmt: skip
@@ -275,8 +277,8 @@ def _num_params(config, mixture) -> int:
 
 
 OVERRIDES = ("steps", "seq_len", "global_batch", "micro_batch", "lr", "dtype", "attention", "checkpoint_every", "lineage_every", "seed",
-             "eval_every", "eval_sequences", "spike_policy", "z_loss", "shuffle_sequences", "dp_replicate", "dp_shard", "tp", "pp",
-             "pp_schedule", "pp_microbatches", "cp", "fp8")  # fmt: skip
+             "eval_every", "eval_sequences", "spike_policy", "z_loss", "average_last", "shuffle_sequences", "dp_replicate", "dp_shard",
+             "tp", "pp", "pp_schedule", "pp_microbatches", "cp", "fp8")  # fmt: skip
 
 
 VALIDATED = "TRAIN_VALIDATED"  # set by `train` for the ranks it launches, which skip what it checked

@@ -121,6 +121,8 @@ class TrainConfig(BaseModel):
         "last checkpoint and never train on the offending documents again",
     )  # fmt: skip
     z_loss: float = Field(0.0, ge=0, description="weight of PaLM's z-loss, mean log(Z)^2 of the logits (e.g. 1e-4); 0: off")
+    average_last: float = Field(0.0, ge=0, lt=1, description="end with the mean of the weights over this fraction of the "
+                                "run's last steps (LAWA, SWA's tail mean; e.g. 0.2); 0: the last step's weights")
     shuffle_sequences: bool = Field(False, description="take each epoch's windows in a shuffled order, so a batch mixes "
                                     "documents (runs of one sequence length; less noisy small runs: ladders, ablations)")  # fmt: skip
     eval_every: int = Field(20, ge=0, description="validation loss on the held-out slice every N steps and at the end; 0: never")

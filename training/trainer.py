@@ -26,6 +26,7 @@ from training.mesh import Meshes, build
 from training.model import Transformer, flops_per_token
 from training.parallelize import parallelize
 from training.schedule import lr_at
+from training.weight_average import TailAverage
 from shard_contract import EOS_TOKEN, TOKENIZER_FILE
 
 if TYPE_CHECKING:  # torch's pipelining imports sympy (over a second per rank): loaded only for a pipeline
@@ -292,9 +293,10 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
         write_model_config(out, model_config)
         (out / TOKENIZER_FILE).write_text(tokenizer.to_str())
     start = 0
+    average = TailAverage(model, config.steps, config.average_last) if config.average_last else None
     found = checkpoint.latest(out / "checkpoints") if resume else None
     if found:
-        state = checkpoint.load(found, model, optimizer)
+        state = checkpoint.load(found, model, optimizer, average and average.state(checkpoint.step_of(found)))
         loader.load_state_dict(state["data"])
         start = state["step"]
     device_name, peak = peak_flops(device)
@@ -344,11 +346,15 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
                                        f"its documents are in events.jsonl")  # fmt: skip
             if action.startswith(REWOUND):
                 rewound.add(done)
-                state = checkpoint.load(latest, model, optimizer)
+                state = checkpoint.load(latest, model, optimizer, average and average.state(checkpoint.step_of(latest)))
                 loader.load_state_dict(state["data"])
                 loader.skip(documents)
                 step = state["step"]
                 continue
+        if average:
+            average.update(done)
+            if done == config.steps:
+                average.apply()
         eval_seconds, scores = 0.0, None
         if validation and (done % config.eval_every == 0 or done == config.steps):
             began = time.perf_counter()
@@ -361,7 +367,8 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
             train_state = {"data": loader.state_dict(), "rope": {"theta": model.config.rope_theta, "scaling": model.config.rope_scaling}}
             if validation:
                 train_state["validation"] = validation.fingerprint
-            checkpoint.save(out / "checkpoints", done, model, optimizer, train_state, config.keep_checkpoints)
+            checkpoint.save(out / "checkpoints", done, model, optimizer, train_state, config.keep_checkpoints,
+                            average and average.state(done))
         step = done
 
     if step_log:
