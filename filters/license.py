@@ -11,7 +11,8 @@ Per repository, once (not per file), the first of these that says something wins
 Several licenses found combine with OR where a text offers the choice ("dual licensed", "licensed under either of",
 "at your option" outside a license text), else with AND (all apply; LICENSE-MIT beside LICENSE-APACHE without such words is "Apache-2.0 AND MIT"). A README
 naming a license the license files do not hold is a conflict. The policy then allows an OR expression when one of
-its licenses is allowed, an AND expression when all are.
+its licenses is allowed, an AND expression when all are, at any nesting (SPDX's grammar, parsed by license-expression),
+and `A WITH exception` when A is (an exception only adds permissions).
 
 Drops: `license/not_allowed`, `license/unknown` (nothing found), `license/conflicting`; the last two are kept only
 with `keep_unknown`/`keep_conflicting`, whatever `allow` says (`allow: any` means any *known* license). Every
@@ -21,7 +22,7 @@ repository is a row of `OUT/repositories.parquet` (name, files, bytes, license, 
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import PurePosixPath
 from typing import Literal
 
@@ -58,13 +59,15 @@ _HEADING = re.compile(r"^(?:#+\s|\S.*\n[=\-~]{3,}$)", re.MULTILINE)
 HEADER_CHARS = 2000  # of each source file, for SPDX ids and notices in its header comment
 IDENTIFIER_HEAD = 500  # of a license file: an SPDX-License-Identifier line there names the file's license; one further
 # down belongs to code the file quotes (pyarrow's LICENSE.txt lists its bundled sources' identifiers)
-_EXPRESSION_WORDS = re.compile(r"\s+(AND|OR|WITH)\s+|[()]")
 
 
 class LicenseParams(StageParams):
-    allow: Literal["permissive", "any"] | list[str] = Field(
-        "permissive", description="'permissive' (PERMISSIVE in filters/license.py and the licences ScanCode's LicenseDB files "
-        "as Permissive or Public Domain), 'any' known license, or SPDX ids"
+    allow: Literal["permissive", "permissive-listed", "any"] | list[str] = Field(
+        "permissive", description="'permissive': PERMISSIVE in filters/license.py and the licences ScanCode's LicenseDB files "
+        "as Permissive or Public Domain, less those with an advertising clause or a field-of-use restriction "
+        "(filters/license_database.restricted_ids: JSON, BSD-4-Clause, OpenSSL, ...); 'permissive-listed': PERMISSIVE "
+        "alone; 'any' known license; or SPDX ids. OR is allowed when a branch is, AND when every part is, `A WITH "
+        "exception` when A is",
     )
     keep_unknown: bool = Field(False, description="keep repositories with no license found")
     keep_conflicting: bool = Field(False, description="keep repositories whose README and license files disagree")
@@ -105,7 +108,7 @@ class LicenseFilter(Stage):
         """Built once per stage, not per repository."""
         if self.params.allow == "permissive":
             return frozenset(PERMISSIVE) | matcher().index.permissive
-        return frozenset(self.params.allow)
+        return frozenset(PERMISSIVE if self.params.allow == "permissive-listed" else self.params.allow)
 
     def annotate(self, table: pa.Table) -> Annotation:
         columns = {name: table[name].to_pylist() for name in ("repository", "text")}
@@ -262,12 +265,43 @@ def _license_section(readme: str) -> str:
 
 
 def _ids(expression: str | None) -> set[str]:
-    return {part for part in _EXPRESSION_WORDS.split(expression or "") if part and part not in ("AND", "OR", "WITH")}
+    """The licence ids of an expression, exceptions left out (`Apache-2.0 WITH LLVM-exception` is Apache-2.0's)."""
+    from license_expression import ExpressionError
+
+    try:
+        symbols = _licensing().license_symbols(expression, decompose=False) if expression else []
+    except ExpressionError:  # an SPDX line cut short ("MIT AND"): its ids still say what it names
+        return {word for word in re.split(r"[\s()]+", expression) if word and word not in ("AND", "OR", "WITH")}
+    return {getattr(symbol, "license_symbol", symbol).key for symbol in symbols}
 
 
 def expression_allowed(expression: str, allowed: set[str] | frozenset[str]) -> bool:
-    """OR: one allowed license suffices; AND (or a mix, read conservatively): every license must be allowed."""
-    ids = _ids(expression)
-    if " OR " in expression and " AND " not in expression:
-        return bool(ids & allowed)
-    return ids <= allowed
+    """The expression parsed as SPDX says (license-expression): OR is allowed when any branch is, AND when every part
+    is, at any nesting; `A WITH exception` is A's licence with an added permission, allowed when A is. An expression
+    that does not parse is not allowed."""
+    from license_expression import ExpressionError
+
+    try:
+        parsed = _licensing().parse(expression)
+    except ExpressionError:
+        return False
+    return parsed is not None and _allowed(parsed, allowed)
+
+
+def _allowed(node, allowed: set[str] | frozenset[str]) -> bool:
+    from license_expression import LicenseWithExceptionSymbol
+
+    if isinstance(node, LicenseWithExceptionSymbol):
+        return node.license_symbol.key in allowed
+    if not getattr(node, "args", ()):
+        return node.key in allowed
+    branches = (_allowed(arg, allowed) for arg in node.args)
+    return any(branches) if node.operator.strip() == "OR" else all(branches)
+
+
+@cache
+def _licensing():
+    """A plain Licensing (no symbol table): ids stay as the detector spells them; parsing is ~0.1 ms an expression."""
+    from license_expression import Licensing
+
+    return Licensing()

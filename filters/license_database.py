@@ -87,8 +87,25 @@ def rule_texts(folder: Path) -> list[tuple[str, str]]:
 
 def permissive_ids(folder: Path) -> frozenset[str]:
     """The SPDX ids the LicenseDB files under the category Permissive or Public Domain (ScanCode's own grouping,
-    about 370 of its SPDX licences: IJG, FTL, HPND-Markus-Kuhn, BSD-3-Clause-HP, ...)."""
-    return frozenset(entry.spdx for entry in licence_entries(folder) if entry.spdx and entry.category in ("Permissive", "Public Domain"))
+    about 370 of its SPDX licences: IJG, FTL, HPND-Markus-Kuhn, BSD-3-Clause-HP, ...), less those that ask more
+    than attribution (`restricted_ids`)."""
+    permissive = {entry.spdx for entry in licence_entries(folder) if entry.spdx and entry.category in ("Permissive", "Public Domain")}
+    return frozenset(permissive - restricted_ids(folder))
+
+
+# what a licence may ask beyond attribution and keeping the notice, which `allow: permissive` refuses whatever the
+# LicenseDB's category: BSD-4-Clause's advertising clause (every advertisement must carry an acknowledgement: the
+# obligation BSD-3-Clause dropped and that makes it GPL-incompatible) and a field-of-use restriction (the JSON
+# licence's "shall be used for Good, not Evil", which OSI and Debian reject). An endorsement clause ("not be used in
+# advertising or publicity ... without permission", HPND's, MIT-CMU's) asks nothing and is not one of them.
+RESTRICTION = re.compile(r"\b(?:all|any) advertising materials (?:and documentation )?mentioning\b|\bused for good not evil\b")
+NOT_PERMISSIVE = ("JSON", "BSD-4-Clause", "BSD-4-Clause-UC", "OpenSSL")  # named as well, whatever a later LicenseDB's text says
+
+
+def restricted_ids(folder: Path) -> frozenset[str]:
+    """The SPDX ids of NOT_PERMISSIVE and of every LicenseDB licence whose text has a RESTRICTION."""
+    flat = ((entry.spdx, re.sub(r"[^a-z0-9]+", " ", entry.text.lower())) for entry in licence_entries(folder) if entry.spdx)
+    return frozenset(NOT_PERMISSIVE) | {spdx for spdx, text in flat if RESTRICTION.search(text)}
 
 
 def _gnu_base(spdx: str) -> str:

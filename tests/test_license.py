@@ -150,6 +150,28 @@ def test_policy_permissive_any_and_an_explicit_list():
         LicenseParams(allow=["MIT", "MTI"])
 
 
+@pytest.mark.parametrize("expression, permissive", [
+    ("Apache-2.0 WITH LLVM-exception", True),  # an exception adds a permission: Apache-2.0's rule holds
+    ("GPL-2.0-only WITH Classpath-exception-2.0", False),  # ... and leaves GPL-2.0 what it was
+    ("MIT OR (GPL-2.0-only AND BSD-3-Clause)", True),  # OR: one branch allowed suffices
+    ("(MIT OR GPL-3.0-only) AND Apache-2.0", True),  # AND: every part, each OR within it by its own rule
+    ("(MPL-2.0 OR GPL-3.0-only) AND MIT", False),
+    ("MIT AND (Apache-2.0 WITH LLVM-exception OR GPL-3.0-only)", True),
+    ("JSON", False),  # "shall be used for Good, not Evil": a field-of-use restriction, though the LicenseDB says Permissive
+    ("BSD-4-Clause", False), ("OpenSSL", False), ("Apache-1.0", False),  # the advertising clause
+    ("HPND", True), ("MIT-CMU", True),  # "not be used in advertising or publicity": an endorsement clause, no obligation
+    ("IJG AND FTL", True),  # permissive by the LicenseDB's category, no restriction in their texts
+    ("MIT AND", False),  # not an expression
+])  # fmt: skip
+def test_permissive_policy_parses_expressions_and_refuses_advertising_and_field_of_use_clauses(expression, permissive):
+    assert LicenseFilter().allowed(expression) is permissive
+
+
+def test_permissive_listed_is_the_named_list_alone():
+    listed = LicenseFilter(LicenseParams(allow="permissive-listed"))
+    assert listed.allowed("MIT OR IJG") and not listed.allowed("IJG") and LicenseFilter().allowed("IJG")
+
+
 def test_unknown_and_conflicting_are_counted_apart_and_kept_only_when_asked():
     conflicting_readme = "# app\n\n## License\n\nThis project is licensed under the GNU General Public License v3.\n"
     files = {
