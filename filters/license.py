@@ -32,7 +32,8 @@ from pydantic import Field, field_validator
 from filters.base import Annotation, Stage, StageParams
 from filters.code_filters import TEST_PATH
 from filters.license_match import (
-    ABOUT_THE_TEXT, DUAL, MAX_REST_WORDS, LicenseMatcher, gnu_suffix, join, matcher, notice_text, says_or_later, spdx_ids, subsumes,
+    ABOUT_THE_TEXT, DUAL, MAX_REST_WORDS, LicenseMatcher, bsd_by_clauses, gnu_suffix, join, matcher, notice_text, says_or_later,
+    spdx_ids, subsumes,
 )
 
 # licenses asking at most for attribution and the notice, no share-alike: the usual permissive software licenses
@@ -213,7 +214,7 @@ def _read(matcher: LicenseMatcher, path: str, text: str, full_text: bool) -> _Re
     if full_text and not matcher.identifiers(text[:IDENTIFIER_HEAD]):  # an SPDX header says exactly what prose suggests
         matches, rest = matcher.full_texts(text)
         if matches:
-            named = [match.spdx for match in matches]
+            named = list(dict.fromkeys(bsd_by_clauses(match.spdx, text) for match in matches))
             if len(rest.split()) <= MAX_REST_WORDS:
                 beside = matcher.notices(ABOUT_THE_TEXT.sub(" ", rest))
                 named += [n for n in beside if not any(n == m or subsumes(m, n) for m in named)]

@@ -162,6 +162,26 @@ class LicenseMatcher:
         return None
 
 
+# BSD-2/3/4-Clause share their conditions and disclaimer; they differ by clause: BSD-3 adds the endorsement clause,
+# BSD-4 the advertising clause too. Shingles weigh the disclaimer's wording ("THE REGENTS" or "THE COPYRIGHT HOLDER")
+# as much as a clause, so a two-clause text in the regents' wording came back BSD-3-Clause: the clauses decide instead
+_ADVERTISING_CLAUSE = re.compile(r"\badvertising materials (?:and documentation )?mentioning features\b")
+_ENDORSEMENT_CLAUSE = re.compile(r"\bbe used to endorse or promote\b")
+BSD_BY_CLAUSES = ("BSD-2-Clause", "BSD-3-Clause", "BSD-4-Clause")
+
+
+def bsd_by_clauses(spdx: str, text: str) -> str:
+    """A generic BSD licence found by its text, named by the clauses the text has: the advertising clause makes it
+    BSD-4-Clause, else the endorsement clause BSD-3-Clause, else BSD-2-Clause. Named variants (BSD-3-Clause-Clear,
+    BSD-4-Clause-UC, ...) are told apart by their own words and kept."""
+    if spdx not in BSD_BY_CLAUSES:
+        return spdx
+    flat = notice_text(text)
+    if _ADVERTISING_CLAUSE.search(flat):
+        return "BSD-4-Clause"
+    return "BSD-3-Clause" if _ENDORSEMENT_CLAUSE.search(flat) else "BSD-2-Clause"
+
+
 def subsumes(earlier: str, later: str) -> bool:
     return (earlier, later) in {("MIT-0", "MIT"), ("Python-2.0", "PSF-2.0"), ("LGPL-2.1", "LGPL-2.0"), ("AGPL-3.0", "GPL-3.0"), ("LGPL-3.0", "GPL-3.0"), ("LGPL-2.1", "GPL-2.0"), ("LGPL-2.0", "GPL-2.0"), ("CC-BY-SA-4.0", "CC-BY-4.0")}
 

@@ -12,7 +12,7 @@ import pytest
 from curation.recipe import RecipeError, parse_recipe
 from filters import STAGES
 from filters.license import LicenseFilter, LicenseParams, detect, expression_allowed
-from filters.license_match import matcher
+from filters.license_match import bsd_by_clauses, matcher
 
 MIT = """MIT License
 
@@ -148,6 +148,43 @@ def test_policy_permissive_any_and_an_explicit_list():
     assert licenses_of(LicenseFilter(LicenseParams(allow=["mit"])).process(table(files))) == {"mit": "MIT"}  # ids as SPDX spells them
     with pytest.raises(ValueError, match="'MTI'"):
         LicenseParams(allow=["MIT", "MTI"])
+
+
+BSD_CONDITIONS = """Redistribution and use in source and binary forms, with or without modification, are permitted provided
+that the following conditions are met:
+1. Redistributions of source code must retain the above copyright notice, this list of conditions and the following
+   disclaimer.
+2. Redistributions in binary form must reproduce the above copyright notice, this list of conditions and the following
+   disclaimer in the documentation and/or other materials provided with the distribution.
+"""
+BSD_ADVERTISING = """3. All advertising materials mentioning features or use of this software must display the following
+   acknowledgement: This product includes software developed by the NetBSD Foundation, Inc. and its contributors.
+"""
+BSD_ENDORSEMENT = """4. Neither the name of The NetBSD Foundation nor the names of its contributors may be used to endorse or promote
+   products derived from this software without specific prior written permission.
+"""
+BSD_DISCLAIMER = """THIS SOFTWARE IS PROVIDED BY THE COPYRIGHT HOLDERS AND CONTRIBUTORS "AS IS" AND ANY EXPRESS OR IMPLIED
+WARRANTIES, INCLUDING, BUT NOT LIMITED TO, THE IMPLIED WARRANTIES OF MERCHANTABILITY AND FITNESS FOR A PARTICULAR PURPOSE
+ARE DISCLAIMED. IN NO EVENT SHALL THE {who} OR CONTRIBUTORS BE LIABLE FOR ANY DIRECT, INDIRECT, INCIDENTAL, SPECIAL,
+EXEMPLARY, OR CONSEQUENTIAL DAMAGES (INCLUDING, BUT NOT LIMITED TO, PROCUREMENT OF SUBSTITUTE GOODS OR SERVICES; LOSS OF
+USE, DATA, OR PROFITS; OR BUSINESS INTERRUPTION) HOWEVER CAUSED AND ON ANY THEORY OF LIABILITY, WHETHER IN CONTRACT,
+STRICT LIABILITY, OR TORT (INCLUDING NEGLIGENCE OR OTHERWISE) ARISING IN ANY WAY OUT OF THE USE OF THIS SOFTWARE, EVEN
+IF ADVISED OF THE POSSIBILITY OF SUCH DAMAGE.
+"""
+
+
+@pytest.mark.parametrize("clauses, who, expected", [
+    (BSD_ADVERTISING + BSD_ENDORSEMENT, "FOUNDATION", "BSD-4-Clause"),  # NetBSD's: ScanCode says BSD-4-Clause too
+    (BSD_ENDORSEMENT, "FOUNDATION", "BSD-3-Clause"),
+    ("", "REGENTS", "BSD-2-Clause"),  # jusText's LICENSE: two clauses in the regents' disclaimer (its metadata: BSD 2-Clause)
+    ("", "COPYRIGHT HOLDER", "BSD-2-Clause"),
+    (BSD_ENDORSEMENT, "REGENTS", "BSD-3-Clause"),
+])  # fmt: skip
+def test_bsd_licences_are_named_by_their_clauses_not_their_disclaimers_wording(clauses, who, expected):
+    text = "Copyright (c) 1998 The NetBSD Foundation, Inc.\nAll rights reserved.\n\n" + BSD_CONDITIONS + clauses + "\n" + BSD_DISCLAIMER.format(who=who)
+    assert detected({"LICENSE": text, "a.c": CODE}).license == expected
+    assert bsd_by_clauses("BSD-2-Clause", text) == expected  # whichever of the three the shingles chose
+    assert bsd_by_clauses("BSD-3-Clause-Clear", text) == "BSD-3-Clause-Clear"  # a named variant is its own words
 
 
 @pytest.mark.parametrize("expression, permissive", [
