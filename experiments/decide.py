@@ -39,7 +39,7 @@ from experiments.ablation import read_token_stats, scores_once, tokens_done
 from experiments.ablation_stats import t_level_means, unit_counts
 from experiments.decision_accuracy import Runs
 from experiments.folders import LOCAL
-from experiments.ladder import PRESETS, Ladder, LadderSpec, make_rung
+from experiments.ladder import PRESETS, TRAINED_BEFORE_FIELDS, Ladder, LadderSpec, make_rung
 from experiments.scaling_fit import interval
 from experiments.spec_file import load_spec
 from filters.benchmark_index import BenchmarkSpec, load_choice_items
@@ -149,7 +149,10 @@ class Decision:
         set_only = lambda spec: {key: value for key, value in spec.items() if value is not None}  # noqa: E731
         given = set_only(json.loads(self.spec.model_dump_json()))  # an option left unset is not part of it
         given["training_rule"] = json.loads(self.ladder_spec.model_dump_json(exclude={"mixture", "seed"}))
-        if record.is_file() and set_only(json.loads(record.read_text())) != given:
+        recorded = set_only(json.loads(record.read_text())) if record.is_file() else given
+        if "training_rule" in recorded:  # a rule recorded before a field existed was trained with its old value
+            recorded["training_rule"] = TRAINED_BEFORE_FIELDS | recorded["training_rule"]
+        if recorded != given:
             raise ValueError(f"{self.out} holds another decision (its decision.json differs): choose another --out")
         self.out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(LOCAL, str(record), given)

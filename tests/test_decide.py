@@ -137,6 +137,11 @@ def test_a_decision_folder_trained_under_another_training_rule_is_refused(tmp_pa
     spec = load_decision(str(spec_file(tmp_path)))
     Decision(spec, str(tmp_path / "o")).check_same()
     Decision(spec, str(tmp_path / "o")).check_same()  # the same: a resume
+    record = tmp_path / "o" / "decision.json"
+    written = json.loads(record.read_text())
+    del written["training_rule"]["average_last"]  # as written before the field existed, when every run ended unaveraged
+    record.write_text(json.dumps(written))
+    Decision(spec, str(tmp_path / "o")).check_same()  # still a resume
     changed = Decision(spec, str(tmp_path / "o"))
     changed.ladder_spec = changed.ladder_spec.model_copy(update={"lr": 1e-3})
     with pytest.raises(ValueError, match="holds another decision"):
