@@ -31,6 +31,7 @@ from pydantic import Field, field_validator
 
 from filters.base import Annotation, Stage, StageParams
 from filters.code_filters import TEST_PATH
+from filters.license_declared import MANIFESTS, declared_license
 from filters.license_match import (
     ABOUT_THE_TEXT, DUAL, MAX_REST_WORDS, LicenseMatcher, bsd_by_clauses, gnu_suffix, join, matcher, notice_text, says_or_later,
     spdx_ids, subsumes,
@@ -70,6 +71,12 @@ class LicenseParams(StageParams):
         "alone; 'any' known license; or SPDX ids. OR is allowed when a branch is, AND when every part is, `A WITH "
         "exception` when A is",
     )
+    prefer: Literal["files", "declared"] = Field(
+        "files", description="when a package manifest (PKG-INFO, pyproject.toml, Cargo.toml, package.json) declares an SPDX "
+        "expression and the licence files say something: 'files' (the legal text is what ships; a manifest's field is "
+        "a claim that goes stale) or 'declared'; either way a difference is reported in license_evidence, and the "
+        "declaration is used where the files say nothing",
+    )
     keep_unknown: bool = Field(False, description="keep repositories with no license found")
     keep_conflicting: bool = Field(False, description="keep repositories whose README and license files disagree")
 
@@ -95,7 +102,8 @@ class LicenseFilter(Stage):
     report_name = "repositories"
     report_schema = pa.schema([
         ("repository", pa.string()), ("files", pa.int64()), ("bytes", pa.int64()), ("license", pa.string()),
-        ("license_source", pa.string()), ("license_evidence", pa.string()), ("stars", pa.int64()), ("has_tests", pa.bool_()),
+        ("license_source", pa.string()), ("license_evidence", pa.string()), ("declared_license", pa.string()),
+        ("stars", pa.int64()), ("has_tests", pa.bool_()),
     ])  # fmt: skip
 
     def setup(self) -> None:
@@ -127,6 +135,9 @@ class LicenseFilter(Stage):
             texts = [columns["text"][row] or "" for row in rows]
             metadata = next((given[row] for row in rows if given[row]), None)
             found = Detection(metadata, "metadata", f"license column: {metadata}") if metadata else detect(self.matcher, paths, texts)
+            declared = None if metadata else declared_license(paths, texts)
+            if declared:
+                found = with_declared(found, *declared, self.params.prefer)
             if found.source == "conflicting":
                 reason = None if self.params.keep_conflicting else "license/conflicting"
             elif found.license is None:
@@ -142,6 +153,7 @@ class LicenseFilter(Stage):
             report.append({
                 "repository": repository, "files": len(rows), "bytes": sum(len(text.encode()) for text in texts),
                 "license": found.license, "license_source": found.source, "license_evidence": found.evidence,
+                "declared_license": found.declared,
                 "stars": max(known_stars) if known_stars else None,
                 "has_tests": any(TEST_PATH.search(path) for path in paths),
             })  # fmt: skip
@@ -157,6 +169,25 @@ class Detection:
     license: str | None
     source: str
     evidence: str
+    declared: str | None = None  # what a package manifest declares, beside what the files say
+
+
+def with_declared(found: Detection, expression: str, path: str, prefer: str) -> Detection:
+    """The detection with a manifest's declared expression set beside it: the declaration wins over a README's or a
+    header's notice, and over the licence files when `prefer` is 'declared'; licences that differ from the files'
+    (-only/-or-later aside) are reported as a conflict."""
+    note = f"{path} declares {expression}"
+    if found.source in ("unknown", "readme", "header") or prefer == "declared":  # a declaration is exact, a notice a guess
+        files = f"; files: {found.license or found.source} ({found.evidence})" if found.evidence else ""
+        return Detection(expression, "package_metadata", note + files, expression)
+    differs = {_loose(spdx) for spdx in _ids(expression)} != {_loose(spdx) for spdx in _ids(found.license)}
+    beside = f"; conflict: {note}, the files {found.license}" if found.license and differs else f"; {note}"
+    return Detection(found.license, found.source, found.evidence + beside, expression)
+
+
+def _loose(spdx: str) -> str:
+    """An id without the GNU suffix a licence file alone cannot show (-only, -or-later, +)."""
+    return re.sub(r"-only$|-or-later$|\+$", "", spdx)
 
 
 def detect(matcher: LicenseMatcher, paths: list[str], texts: list[str]) -> Detection:
@@ -167,7 +198,8 @@ def detect(matcher: LicenseMatcher, paths: list[str], texts: list[str]) -> Detec
     readmes = [(path, _license_section(text)) for path, text in top if README.match(path.strip("/"))]
     file_reads = [_read(matcher, path, text, full_text=True) for path, text in license_files]
     readme_reads = [_read(matcher, path, section, full_text=True) for path, section in readmes if section]
-    headers = [(path, text[:HEADER_CHARS]) for path, text in zip(paths, texts) if not LICENSE_FILE.match(PurePosixPath(path).name)]
+    headers = [(path, text[:HEADER_CHARS]) for path, text in zip(paths, texts)
+               if not LICENSE_FILE.match(PurePosixPath(path).name) and PurePosixPath(path).name.lower() not in MANIFESTS]  # fmt: skip
     later = any(read.or_later for read in file_reads + readme_reads) or any(says_or_later(text) for _, text in headers)
     offers_choice = any(read.offers_choice for read in file_reads + readme_reads)  # a README's "either of" covers LICENSE-*
     from_files = _combine(file_reads, "license_file", offers_choice, later)

@@ -178,7 +178,9 @@ def test_an_installed_distribution_is_a_repository_with_its_license():
     paths = result.table["path"].to_pylist()
     assert set(result.table["repository"].to_pylist()) == {"PyYAML"}
     assert "yaml/__init__.py" in paths and any(Path(p).name.startswith("LICENSE") for p in paths)
-    assert result.dropped["package_metadata"] >= 3  # METADATA, RECORD, WHEEL, ...
+    assert "PKG-INFO" in paths and result.dropped["package_metadata"] >= 2  # METADATA as PKG-INFO; RECORD, WHEEL, ... dropped
+    pkg_info = result.table["text"].to_pylist()[paths.index("PKG-INFO")]
+    assert pkg_info.startswith("Metadata-Version:") and "Name: PyYAML" in pkg_info
 
 
 def test_the_stack_parquet_layouts(tmp_path):

@@ -12,6 +12,7 @@ import pytest
 from curation.recipe import RecipeError, parse_recipe
 from filters import STAGES
 from filters.license import LicenseFilter, LicenseParams, detect, expression_allowed
+from filters.license_declared import declared_license, spdx_expression
 from filters.license_match import bsd_by_clauses, matcher
 
 MIT = """MIT License
@@ -232,10 +233,55 @@ def test_metadata_license_wins_and_the_report_row():
     report = {row["repository"]: row for row in result.stats["report"]}
     assert report["given"] == {
         "repository": "given", "files": 2, "bytes": len(MIT.encode()) + len(CODE), "license": "Apache-2.0",
-        "license_source": "metadata", "license_evidence": "license column: Apache-2.0", "stars": 7, "has_tests": True,
+        "license_source": "metadata", "license_evidence": "license column: Apache-2.0", "declared_license": None, "stars": 7,
+        "has_tests": True,
     }  # fmt: skip
     assert (report["detected"]["license_source"], report["detected"]["stars"], report["detected"]["has_tests"]) == ("license_file", 3, False)
     assert pa.Table.from_pylist(result.stats["report"], schema=LicenseFilter.report_schema).num_rows == 2
+
+
+PKG_INFO = "Metadata-Version: 2.4\nName: app\nLicense-Expression: {}\n\nA long description. License: GPL-3.0-only\n"
+
+
+def test_a_manifests_declared_licence_is_set_beside_the_files_and_a_difference_reported():
+    """PEP 639's License-Expression (a wheel's METADATA reaches the stage as PKG-INFO), pyproject.toml, Cargo.toml and
+    package.json: agreeing, it is recorded; differing, the files win by default and the evidence names the conflict;
+    with prefer: declared, or where only a README or header notice speaks, the declaration is the licence."""
+    files = {
+        "agrees": {"LICENSE": MIT, "PKG-INFO": PKG_INFO.format("MIT"), "a.py": CODE},
+        "differs": {"LICENSE": MIT, "pyproject.toml": '[project]\nname = "app"\nlicense = "Apache-2.0"\n', "a.py": CODE},
+        "gnu": {"COPYING": GPL_NOTICE.format(v=3), "Cargo.toml": '[package]\nname = "app"\nlicense = "GPL-3.0"\n'},
+        "no-file": {"package.json": '{"name": "app", "license": "mit OR Apache-2.0"}', "a.js": "// Licensed under the MIT License\n"},
+        "vague": {"LICENSE": MIT, "PKG-INFO": PKG_INFO.format("BSD")},  # not an SPDX expression: no declaration
+    }  # fmt: skip
+    report = {row["repository"]: row for row in LicenseFilter(LicenseParams(allow="any")).process(table(files)).stats["report"]}
+    assert (report["agrees"]["license"], report["agrees"]["declared_license"]) == ("MIT", "MIT")
+    assert report["agrees"]["license_evidence"] == "LICENSE: MIT; PKG-INFO declares MIT"
+    assert (report["differs"]["license"], report["differs"]["license_source"]) == ("MIT", "license_file")
+    assert "conflict: pyproject.toml declares Apache-2.0, the files MIT" in report["differs"]["license_evidence"]
+    assert report["gnu"]["license"] == "GPL-3.0-or-later" and "conflict" not in report["gnu"]["license_evidence"]
+    assert (report["no-file"]["license"], report["no-file"]["license_source"]) == ("MIT OR Apache-2.0", "package_metadata")
+    assert report["vague"]["declared_license"] is None and report["vague"]["license"] == "MIT"
+    declared = LicenseFilter(LicenseParams(prefer="declared")).process(table({"differs": files["differs"]}))
+    assert licenses_of(declared) == {"differs": "Apache-2.0"}
+
+
+@pytest.mark.parametrize("value, expression", [
+    ("MIT", "MIT"), ("mit or apache-2.0", "MIT OR Apache-2.0"), ("Apache-2.0 WITH LLVM-exception", "Apache-2.0 WITH LLVM-exception"),
+    ("(MIT OR GPL-3.0-or-later) AND Apache-2.0", "(MIT OR GPL-3.0-or-later) AND Apache-2.0"), ("LicenseRef-Proprietary", "LicenseRef-Proprietary"),
+    ("BSD", None), ("Apache 2.0", None), ("MIT X11", None), ("MIT/X11", None), ("MIT AND", None), (MIT, None), ("", None),
+])  # fmt: skip
+def test_only_an_spdx_expression_is_a_declaration(value, expression):
+    assert spdx_expression(value) == expression
+
+
+def test_manifests_are_read_at_the_top_level_from_their_license_tables():
+    pyproject = '[build-system]\nlicense = "GPL-3.0-only"\n[tool.poetry]\nname = "x"\nlicense = "BSD-3-Clause"\n'
+    assert declared_license(["pyproject.toml"], [pyproject]) == ("BSD-3-Clause", "pyproject.toml")
+    assert declared_license(["pyproject.toml"], ['[project]\nlicense = { text = "MIT" }\n']) == ("MIT", "pyproject.toml")
+    old_npm = '{"licenses": [{"type": "MIT"}, {"type": "GPL-2.0-only"}]}'
+    assert declared_license(["package.json"], [old_npm]) == ("MIT OR GPL-2.0-only", "package.json")
+    assert declared_license(["vendor/package.json", "package.json"], ['{"license": "MIT"}', "not json"]) is None
 
 
 def test_paths_come_from_urls_when_the_reader_gives_none():

@@ -2,7 +2,8 @@
 
 An input is one repository: a folder (a git checkout is read as `git ls-files`, so .gitignore'd files are not
 content), a `.tar.gz`/`.tgz`/`.tar`/`.zip` archive of one (GitHub's single top folder stripped), or an installed
-distribution (`*.dist-info`: the files its RECORD lists, license files included). A Parquet file of files in The
+distribution (`*.dist-info`: the files its RECORD lists, license files included, its METADATA as `PKG-INFO`, the
+name an sdist gives the same core metadata, for the license stage's declared licence). A Parquet file of files in The
 Stack's layout (curation/sources/code_parquet.py) holds many. Every decodable text file (UTF-8, declared or detected
 charset) becomes a document with its `repository` (`parent/name` of the folder or archive, as GitHub's `owner/name`)
 and `path`; which are code is decided by the language stage (filters/code_language.py), whose funnel counts them, and
@@ -159,6 +160,8 @@ def _distribution_files(dist_info: str, distribution: importlib.metadata.Distrib
                 path = "/".join(posix.parts[2:])
             elif _is_license_name(posix.name):
                 path = posix.name
+            elif len(posix.parts) == 2 and posix.name == "METADATA":  # core metadata, as an sdist's PKG-INFO holds it
+                path = "PKG-INFO"
             else:
                 yield File(record, lambda: (0, "package_metadata"), full)
                 continue
