@@ -32,6 +32,7 @@ from pydantic import Field, field_validator
 from filters.base import Annotation, Stage, StageParams
 from filters.code_filters import TEST_PATH
 from filters.license_declared import MANIFESTS, declared_license
+from filters.license_index import copyright_lines
 from filters.license_match import (
     ABOUT_THE_TEXT, DUAL, MAX_REST_WORDS, LicenseMatcher, bsd_by_clauses, gnu_suffix, join, matcher, notice_text, says_or_later,
     spdx_ids, subsumes,
@@ -248,7 +249,7 @@ def _read(matcher: LicenseMatcher, path: str, text: str, full_text: bool) -> _Re
         if matches:
             named = list(dict.fromkeys(bsd_by_clauses(match.spdx, text) for match in matches))
             if len(rest.split()) <= MAX_REST_WORDS:
-                beside = matcher.notices(ABOUT_THE_TEXT.sub(" ", rest))
+                beside = matcher.notices(ABOUT_THE_TEXT.sub(" ", rest) + "\n" + copyright_lines(text))
                 named += [n for n in beside if not any(n == m or subsumes(m, n) for m in named)]
             return _Read(path, named, False, bool(DUAL.search(rest)), says_or_later(rest))
     identified = matcher.identifiers(text) or ([bare] if full_text and (bare := matcher.bare_id(text)) else [])

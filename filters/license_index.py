@@ -46,6 +46,12 @@ def without_copyright_lines(text: str) -> str:
     return _COPYRIGHT_LINE.sub("", text)
 
 
+def copyright_lines(text: str) -> str:
+    """The lines `without_copyright_lines` takes out: one may go on to name a licence ("copyright (c) 1998 by
+    Secret Labs AB and licensed under CNRI's Python 1.6 license")."""
+    return "\n".join(match.group(0) for match in _COPYRIGHT_LINE.finditer(text))
+
+
 @dataclass
 class Postings:
     """Shingle code -> the texts holding it, as sorted distinct codes and each one's slice of `entries`."""

@@ -50,6 +50,8 @@ NOTICES: list[tuple[str, re.Pattern]] = [
         ("Unlicense", r"\bthe unlicense\b|\bthis is free and unencumbered software released into the public domain\b"),
         ("CC0-1.0", r"\bcc0 1\.0\b|\bcc0\b"),
         ("MPL-2.0", r"\bmozilla public licen[sc]e,? v(?:ersion|\.)? ?2\.0\b|\bmpl[ -]2\.0\b|\bmpl v2\b"),
+        ("MPL-1.1", r"\bmozilla public licen[sc]e,? v(?:ersion|\.)? ?1\.1\b|\bmpl[ -]v?1\.1\b"),
+        ("CNRI-Python", r"\blicen[sc]ed under cnri(?: s)? python\b|\bcnri(?: s)? python(?: 1\.6(?:\.1)?)? licen[sc]e\b|\bcnri open source (?:gpl compatible )?licen[sc]e agreement\b"),
         ("AGPL-3.0", r"\bgnu affero general public licen[sc]e\b|\bagpl[ -]?v?3\b"),
         ("LGPL-2.1", r"\bgnu lesser general public licen[sc]e,? (?:as published by the free software foundation,? )?(?:either )?version 2\.1\b|\blgpl[ -]?v?2\.1\b"),
         ("LGPL-3.0", r"\bgnu lesser general public licen[sc]e,? (?:as published by the free software foundation,? )?(?:either )?version 3\b|\blgpl[ -]?v?3\b|\bgnu lesser general public licen[sc]e v3\b"),
@@ -145,9 +147,9 @@ class LicenseMatcher:
         """The licenses a short notice names ("Licensed under the MIT license"), a subsumed one left out (LGPL's
         text names the GPL, "MIT-0" contains "MIT")."""
         flat = notice_text(text)
-        found = []
+        found, choice = [], bool(DUAL.search(flat))
         for spdx, pattern in NOTICES:
-            if pattern.search(flat) and not any(subsumes(earlier, spdx) for earlier in found):
+            if pattern.search(flat) and not any(subsumes(earlier, spdx, choice) for earlier in found):
                 found.append(spdx)
         return found
 
@@ -182,8 +184,15 @@ def bsd_by_clauses(spdx: str, text: str) -> str:
     return "BSD-3-Clause" if _ENDORSEMENT_CLAUSE.search(flat) else "BSD-2-Clause"
 
 
-def subsumes(earlier: str, later: str) -> bool:
-    return (earlier, later) in {("MIT-0", "MIT"), ("Python-2.0", "PSF-2.0"), ("LGPL-2.1", "LGPL-2.0"), ("AGPL-3.0", "GPL-3.0"), ("LGPL-3.0", "GPL-3.0"), ("LGPL-2.1", "GPL-2.0"), ("LGPL-2.0", "GPL-2.0"), ("CC-BY-SA-4.0", "CC-BY-4.0")}
+# a notice of the first names the second within its own name ("MIT-0" holds "MIT")
+_NAME_HOLDS = {("MIT-0", "MIT"), ("Python-2.0", "PSF-2.0"), ("LGPL-2.1", "LGPL-2.0"), ("CC-BY-SA-4.0", "CC-BY-4.0")}
+# a notice of the first names the second as the licence it builds on (the LGPL's and AGPL's notices name the GPL):
+# not where the text offers a choice among licences ("GPL 2.0 or LGPL 2.1 or MPL 1.1, at your option" names three)
+_TEXT_NAMES = {("AGPL-3.0", "GPL-3.0"), ("LGPL-3.0", "GPL-3.0"), ("LGPL-2.1", "GPL-2.0"), ("LGPL-2.0", "GPL-2.0")}
+
+
+def subsumes(earlier: str, later: str, choice: bool = False) -> bool:
+    return (earlier, later) in _NAME_HOLDS or (not choice and (earlier, later) in _TEXT_NAMES)
 
 
 def gnu_suffix(spdx: str, later: bool) -> str:

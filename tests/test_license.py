@@ -67,6 +67,7 @@ GPL_NOTICE = """# This program is free software: you can redistribute it and/or 
 """
 APACHE_NOTICE = 'Licensed under the Apache License, Version 2.0 (the "License"); you may not use this file except\n'
 CODE = "def main():\n    return 42\n"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def table(files: dict[str, dict[str, str]], **extra: list) -> pa.Table:
@@ -186,6 +187,22 @@ def test_bsd_licences_are_named_by_their_clauses_not_their_disclaimers_wording(c
     assert detected({"LICENSE": text, "a.c": CODE}).license == expected
     assert bsd_by_clauses("BSD-2-Clause", text) == expected  # whichever of the three the shingles chose
     assert bsd_by_clauses("BSD-3-Clause-Clear", text) == "BSD-3-Clause-Clear"  # a named variant is its own words
+
+
+def test_every_licence_a_file_names_with_its_operator():
+    """tld's LICENSE.rst offers three licences at the user's option (its metadata: MPL-1.1 OR GPL-2.0-only OR
+    LGPL-2.1-or-later; the LGPL's notice naming the GPL no longer hides the GPL where a choice is offered); regex's
+    LICENSE.txt is Apache-2.0's text after a preamble saying the code it derives from is under CNRI's Python licence,
+    on a copyright line (its metadata: Apache-2.0 AND CNRI-Python)."""
+    tld = ("`tld` is licensed under the\n`GPL 2.0 <LICENSE_GPL2.0.txt>`_\nor the\n`LGPL 2.1 <LICENSE_LGPL_2.1.txt>`_\nor the\n"
+           "`MPL 1.1 <LICENSE_MPL_1.1.txt>`_,\nat your option.\n")  # fmt: skip
+    assert detected({"LICENSE.rst": tld}).license == "GPL-2.0-only OR LGPL-2.1-only OR MPL-1.1"
+    regex = ("This work was derived from the 're' module of CPython 2.6 and CPython 3.1,\ncopyright (c) 1998-2001 by Secret "
+             "Labs AB and licensed under CNRI's Python 1.6\nlicense.\n\nAll additions and alterations are licensed under the "
+             "Apache 2.0 License.\n\n" + (ROOT / "LICENSE").read_text())  # fmt: skip
+    assert detected({"LICENSE.txt": regex}).license == "Apache-2.0 AND CNRI-Python"
+    lgpl = "This library is free software; you can redistribute it under the terms of the GNU Lesser General Public License version 2.1"
+    assert detected({"a.c": f"/* {lgpl} */\n" + CODE}).license == "LGPL-2.1-only"  # no choice offered: the GPL it names is not a second licence
 
 
 @pytest.mark.parametrize("expression, permissive", [
