@@ -203,8 +203,9 @@ def detect(matcher: LicenseMatcher, paths: list[str], texts: list[str]) -> Detec
                if not LICENSE_FILE.match(PurePosixPath(path).name) and PurePosixPath(path).name.lower() not in MANIFESTS]  # fmt: skip
     later = any(read.or_later for read in file_reads + readme_reads) or any(says_or_later(text) for _, text in headers)
     offers_choice = any(read.offers_choice for read in file_reads + readme_reads)  # a README's "either of" covers LICENSE-*
-    from_files = _combine(file_reads, "license_file", offers_choice, later)
-    from_readme = _combine(readme_reads, "readme", offers_choice, later)
+    exceptions = matcher.index.exceptions
+    from_files = _combine(file_reads, "license_file", offers_choice, later, exceptions)
+    from_readme = _combine(readme_reads, "readme", offers_choice, later, exceptions)
     if from_files.license:
         readme_ids = _ids(from_readme.license)
         if readme_ids and not readme_ids & _ids(from_files.license):
@@ -212,7 +213,7 @@ def detect(matcher: LicenseMatcher, paths: list[str], texts: list[str]) -> Detec
         return from_files
     if from_readme.license:
         return from_readme
-    from_headers = _combine([_read(matcher, path, text, full_text=False) for path, text in headers], "header", False, later)
+    from_headers = _combine([_read(matcher, path, text, full_text=False) for path, text in headers], "header", False, later, exceptions)
     return from_headers if from_headers.license else Detection(None, "unknown", "")
 
 
@@ -228,15 +229,30 @@ class _Read:
     or_later: bool  # "or (at your option) any later version" (the GPL's own text always has it: not counted)
 
 
-def _combine(reads: list[_Read], source: str, offers_choice: bool, later: bool) -> Detection:
-    """The licenses the files name as one expression (OR when a text offers the choice, else AND), with evidence."""
+def _combine(reads: list[_Read], source: str, offers_choice: bool, later: bool, exceptions: dict[str, bool]) -> Detection:
+    """The licenses the files name as one expression (OR when a text offers the choice, else AND), the exceptions
+    found beside them attached (`with_exceptions`), with evidence."""
     per_read = [read.named if read.identified else [gnu_suffix(spdx, later) for spdx in read.named] for read in reads]
-    found = [spdx for named in per_read for spdx in named]
+    found = [spdx for named in per_read for spdx in named if spdx not in exceptions]
     if "LGPL-3.0-only" in found or "LGPL-3.0-or-later" in found:  # the LGPL-3.0 is the GPL-3.0 plus permissions: COPYING + COPYING.LESSER
         found = [spdx for spdx in found if not spdx.startswith("GPL-3.0")]
-    expression = join(found, offers_choice)
+    beside = sorted({spdx for named in per_read for spdx in named if spdx in exceptions})
+    expression = with_exceptions(join(found, offers_choice), beside, exceptions)
     evidence = "; ".join(f"{read.path}: {' + '.join(named)}" for read, named in zip(reads, per_read) if named)
     return Detection(expression, source if expression else "unknown", evidence)
+
+
+def with_exceptions(expression: str | None, found: list[str], restricts: dict[str, bool]) -> str | None:
+    """A licence with the exceptions found beside its text: one that adds a permission (Classpath-exception-2.0) is
+    `WITH` a single licence; one that takes rights away (the Commons Clause) is `AND`, as is any exception beside
+    several licences (which one it belongs to is not said) or beside none."""
+    adding = [spdx for spdx in found if not restricts[spdx]]
+    if adding and expression and " " not in expression:
+        expression, adding = f"{expression} WITH {adding[0]}", adding[1:]
+    others = adding + [spdx for spdx in found if restricts[spdx]]
+    if not others:
+        return expression
+    return " AND ".join(([f"({expression})" if " OR " in expression else expression] if expression else []) + others)
 
 
 def _read(matcher: LicenseMatcher, path: str, text: str, full_text: bool) -> _Read:

@@ -116,6 +116,34 @@ def shipped_texts(folder: Path = ASSETS) -> list[tuple[str, str]]:
     return [(spdx, entry["text"]) for spdx, entry in json.loads((folder / "texts.json").read_text())["licenses"].items()]
 
 
+# exceptions that take rights away rather than add them (the Commons Clause, "Source-available"): a file holding one
+# is its licence AND the clause, which no permissive policy allows; every other exception adds a permission (WITH)
+RESTRICTING_CATEGORIES = ("Source-available", "Commercial", "Free Restricted", "Proprietary Free")
+_EXCEPTION = re.compile(r"^is_exception:\s*yes\s*$", re.MULTILINE)
+_NOT_KEPT = re.compile(r"^is_(?:deprecated|generic|unknown):\s*yes\s*$", re.MULTILINE)
+
+
+class ExceptionText(NamedTuple):
+    """A licence exception or added condition of the LicenseDB (Classpath-exception-2.0, LLVM-exception, the Commons
+    Clause as LicenseRef-scancode-commons-clause): found beside a licence's text, it is named with it."""
+
+    spdx: str  # an SPDX exception id, else the LicenseDB's LicenseRef-scancode- id
+    text: str
+    restricts: bool  # takes rights away (RESTRICTING_CATEGORIES): AND, not WITH
+
+
+@cache
+def exception_texts() -> tuple[ExceptionText, ...]:
+    """Every exception of the LicenseDB with an id, deprecated and generic ones left out."""
+    found = []
+    for path in sorted(licensedb_folder().glob("*.LICENSE")):
+        _, head, text = (path.read_text(encoding="utf-8", errors="replace").split("---\n", 2) + ["", ""])[:3]
+        spdx, category = (match.group(1) if (match := pattern.search(head)) else None for pattern in (_SPDX_KEY, _CATEGORY))
+        if spdx and text.strip() and _EXCEPTION.search(head) and not _NOT_KEPT.search(head):
+            found.append(ExceptionText(spdx, text, category in RESTRICTING_CATEGORIES))
+    return tuple(found)
+
+
 class LicenseText(NamedTuple):
     spdx: str
     text: str

@@ -23,7 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from filters import license_database
-from filters.license_database import ASSETS, DATA_PACKAGE, LicenseText, license_texts, licensedb_folder, permissive_ids
+from filters.license_database import (
+    ASSETS, DATA_PACKAGE, ExceptionText, LicenseText, exception_texts, license_texts, licensedb_folder, permissive_ids,
+)
 from filters.packaged import cached, file_digest
 
 SHINGLE = 4
@@ -96,15 +98,19 @@ class LicenseIndex:
     incorporates: dict[int, set[int]]  # text -> the other licences' texts it carries whole
     whole: dict[int, np.ndarray]  # for those: all their shingles, the incorporated text's too
     permissive: frozenset[str]  # SPDX ids the LicenseDB files as Permissive or Public Domain: read here, not per worker
+    exceptions: dict[str, bool]  # exception id -> whether it restricts (filters/license_database.ExceptionText)
 
     def codes(self, words: list[str]) -> np.ndarray:
         """Each shingle's code; 0 where a word is one no licence text has (it can match nothing)."""
         return _codes(np.array([self.vocabulary.get(word, 0) for word in words], dtype=np.uint64))
 
     @classmethod
-    def build(cls, texts: Sequence[LicenseText], permissive: frozenset[str] = frozenset()) -> "LicenseIndex":
+    def build(cls, texts: Sequence[LicenseText], permissive: frozenset[str] = frozenset(),
+              exceptions: Sequence[ExceptionText] = ()) -> "LicenseIndex":  # fmt: skip
         """Texts shorter than MIN_TEXT_SHINGLES and rule variants near-identical to a text kept for the same licence
-        are left out; a text carrying another licence's whole text is indexed by its own shingles."""
+        are left out; a text carrying another licence's whole text is indexed by its own shingles. An exception is
+        indexed by the shingles no licence text has (many restate the GPL's notice before their own words), so a
+        licence's text or notice alone never looks like an exception."""
         vocabulary: dict[str, int] = {}
         shingles, kept = [], []
         per_licence: dict[str, list[np.ndarray]] = defaultdict(list)
@@ -122,8 +128,17 @@ class LicenseIndex:
         incorporates = incorporated_texts(spdx, shingles, [not entry.variant for entry in kept])
         own = [np.setdiff1d(codes, np.concatenate([shingles[o] for o in incorporates[entry]]), assume_unique=True)
                if entry in incorporates else codes for entry, codes in enumerate(shingles)]  # fmt: skip
+        in_licences = distinct(np.concatenate(shingles)) if shingles else np.zeros(0, np.uint64)
+        restricts = {}
+        for exception in exceptions:
+            ids = [vocabulary.setdefault(word, len(vocabulary) + 1) for word in normalize(without_copyright_lines(exception.text))]
+            codes = np.setdiff1d(distinct(_codes(np.array(ids, dtype=np.uint64))), in_licences, assume_unique=True)
+            if len(codes) >= MIN_TEXT_SHINGLES:
+                spdx.append(exception.spdx)
+                own.append(codes)
+                restricts[exception.spdx] = exception.restricts
         return cls(vocabulary, spdx, Postings.of(own), np.array([max(1, len(codes)) for codes in own]), incorporates,
-                   {entry: shingles[entry] for entry in incorporates}, permissive)  # fmt: skip
+                   {entry: shingles[entry] for entry in incorporates}, permissive, restricts)  # fmt: skip
 
     def save(self, path: Path) -> None:
         pairs = [(entry, other) for entry, others in self.incorporates.items() for other in sorted(others)]
@@ -133,7 +148,8 @@ class LicenseIndex:
                      keys=self.postings.keys, starts=self.postings.starts, entries=self.postings.entries, sizes=self.sizes, incorporates=np.array(pairs, dtype=np.int64).reshape(-1, 2),
                      whole_entries=np.array(whole, dtype=np.int64), whole_lengths=np.array([len(self.whole[e]) for e in whole], dtype=np.int64),
                      whole_codes=np.concatenate([self.whole[e] for e in whole]) if whole else np.zeros(0, np.uint64),
-                     permissive=np.array(sorted(self.permissive), dtype=str))  # fmt: skip
+                     permissive=np.array(sorted(self.permissive), dtype=str),
+                     exception_ids=np.array(list(self.exceptions), dtype=str), exception_restricts=np.array(list(self.exceptions.values()), dtype=bool))  # fmt: skip
 
     @classmethod
     def load(cls, path: Path) -> "LicenseIndex":
@@ -144,7 +160,8 @@ class LicenseIndex:
             whole = dict(zip(data["whole_entries"].tolist(), np.split(data["whole_codes"], np.cumsum(data["whole_lengths"])[:-1])))
             return cls({word: i + 1 for i, word in enumerate(data["words"].tolist())}, data["spdx"].tolist(),
                        Postings(data["keys"], data["starts"], data["entries"]), data["sizes"], dict(incorporates),
-                       whole if len(data["whole_entries"]) else {}, frozenset(data["permissive"].tolist()))  # fmt: skip
+                       whole if len(data["whole_entries"]) else {}, frozenset(data["permissive"].tolist()),
+                       dict(zip(data["exception_ids"].tolist(), data["exception_restricts"].tolist())))  # fmt: skip
 
 
 def _codes(ids: np.ndarray) -> np.ndarray:
@@ -209,4 +226,4 @@ def default_index() -> LicenseIndex:
 
 
 def _build() -> LicenseIndex:
-    return LicenseIndex.build(license_texts(), permissive_ids(licensedb_folder()))
+    return LicenseIndex.build(license_texts(), permissive_ids(licensedb_folder()), exception_texts())

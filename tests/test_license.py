@@ -2,6 +2,7 @@
 conflicting counted apart, and the repositories report. The license texts here are written for these tests; the
 accuracy on real files is benchmarks/license_detection.py, checked here only on a few installed packages."""
 
+import json
 import sysconfig
 from email.parser import HeaderParser
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from curation.recipe import RecipeError, parse_recipe
 from filters import STAGES
 from filters.license import LicenseFilter, LicenseParams, detect, expression_allowed
+from filters.license_database import exception_texts
 from filters.license_declared import declared_license, spdx_expression
 from filters.license_match import bsd_by_clauses, matcher
 
@@ -187,6 +189,25 @@ def test_bsd_licences_are_named_by_their_clauses_not_their_disclaimers_wording(c
     assert detected({"LICENSE": text, "a.c": CODE}).license == expected
     assert bsd_by_clauses("BSD-2-Clause", text) == expected  # whichever of the three the shingles chose
     assert bsd_by_clauses("BSD-3-Clause-Clear", text) == "BSD-3-Clause-Clear"  # a named variant is its own words
+
+
+def test_a_licence_with_an_extra_clause_is_never_the_smaller_licence():
+    """Per SPDX's matching guidelines a licence matches when nothing substantive is left over: an exception beside a
+    licence's text is named WITH it (it adds a permission), an added restriction is AND (the Commons Clause, which
+    ScanCode names commons-clause), and MIT with the JSON licence's "Good, not Evil" line is the JSON licence."""
+    extra = {exception.spdx: exception.text for exception in exception_texts()}
+    gpl_2 = json.loads((ROOT / "filters/assets/licenses/texts.json").read_text())["licenses"]["GPL-2.0"]["text"]
+    apache = (ROOT / "LICENSE").read_text()
+    cases = {
+        "commons": (apache + "\n\n" + extra["LicenseRef-scancode-commons-clause"], "Apache-2.0 AND LicenseRef-scancode-commons-clause", False),
+        "classpath": (gpl_2 + "\n\n" + extra["Classpath-exception-2.0"], "GPL-2.0-only WITH Classpath-exception-2.0", False),
+        "llvm": (apache + "\n\n" + extra["LLVM-exception"], "Apache-2.0 WITH LLVM-exception", True),
+        "evil": (MIT.replace("The above copyright", "The Software shall be used for Good, not Evil.\n\nThe above copyright"), "JSON", False),
+        "plain": (gpl_2, "GPL-2.0-only", False),  # the licence alone: no exception read into it
+    }  # fmt: skip
+    for name, (text, expression, permissive) in cases.items():
+        found = detected({"LICENSE": text})
+        assert found.license == expression and LicenseFilter().allowed(found.license) is permissive, name
 
 
 def test_every_licence_a_file_names_with_its_operator():

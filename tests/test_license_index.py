@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from filters import license_index
-from filters.license_database import LicenseText, database_texts, licensedb_folder, rule_texts
+from filters.license_database import ExceptionText, LicenseText, database_texts, licensedb_folder, rule_texts
 from filters.license_index import LicenseIndex, default_index
 from filters.license_match import LicenseMatcher, matcher
 
@@ -80,10 +80,23 @@ def test_near_identical_variants_are_left_out_and_an_incorporated_text_is_not_an
     assert [m.spdx for m in found.full_texts(prose(30) + "\n" + short)[0]] == ["SHORT"]
 
 
+def test_an_exception_is_indexed_by_the_words_no_licence_has():
+    """Many exceptions restate the licence's notice before their own words: indexed by their own words only, the
+    licence's text alone is never the exception, and the two together are both."""
+    licence, own = prose(60, 300), prose(61, 60)
+    index = LicenseIndex.build([LicenseText("LIC", licence, False)], exceptions=[
+        ExceptionText("Own-exception", licence[:400] + " " + own, False), ExceptionText("Echo-exception", licence[:600], False)])  # fmt: skip
+    assert index.spdx == ["LIC", "Own-exception"] and index.exceptions == {"Own-exception": False}  # Echo: no words of its own
+    found = LicenseMatcher(index)
+    assert [m.spdx for m in found.full_texts(licence)[0]] == ["LIC"]
+    assert [m.spdx for m in found.full_texts(licence + "\n\n" + own)[0]] == ["LIC", "Own-exception"]
+
+
 def test_the_index_is_cached_and_a_damaged_cache_is_rebuilt(tmp_path, monkeypatch):
     texts = (LicenseText("AAA", prose(40), False), LicenseText("BBB", prose(41), False))
     monkeypatch.setenv("CURATE_CACHE", str(tmp_path))
     monkeypatch.setattr(license_index, "license_texts", lambda: texts)
+    monkeypatch.setattr(license_index, "exception_texts", lambda: (ExceptionText("EXC-exception", prose(40) + " " + prose(42), False),))
     build = default_index.__wrapped__  # the per-process memo left out
     path = tmp_path / "license_index" / license_index.cache_key() / license_index.INDEX_FILE
     assert not path.exists()
@@ -92,11 +105,12 @@ def test_the_index_is_cached_and_a_damaged_cache_is_rebuilt(tmp_path, monkeypatc
     loaded = build()
     assert loaded.spdx == first.spdx and loaded.vocabulary == first.vocabulary
     assert loaded.permissive == first.permissive and {"MIT", "IJG"} <= loaded.permissive
+    assert loaded.exceptions == first.exceptions == {"EXC-exception": False}
     assert np.array_equal(loaded.postings.keys, first.postings.keys) and np.array_equal(loaded.sizes, first.sizes)
     assert [m.spdx for m in LicenseMatcher(loaded).full_texts(prose(41))[0]] == ["BBB"]
     path.write_bytes(b"not an npz")
-    assert build().spdx == ["AAA", "BBB"] and not path.exists()  # built in the process, the damaged entry removed
-    assert build().spdx == ["AAA", "BBB"] and path.exists()  # and cached again by the next
+    assert build().spdx == ["AAA", "BBB", "EXC-exception"] and not path.exists()  # built in the process, the damaged entry removed
+    assert build().spdx == ["AAA", "BBB", "EXC-exception"] and path.exists()  # and cached again by the next
 
 
 def test_an_unwritable_cache_folder_only_costs_the_build(tmp_path, monkeypatch):
@@ -104,6 +118,7 @@ def test_an_unwritable_cache_folder_only_costs_the_build(tmp_path, monkeypatch):
     blocked.write_text("")  # a file where the cache folder would go
     monkeypatch.setenv("CURATE_CACHE", str(blocked))
     monkeypatch.setattr(license_index, "license_texts", lambda: (LicenseText("AAA", prose(50), False),))
+    monkeypatch.setattr(license_index, "exception_texts", lambda: ())
     assert default_index.__wrapped__().spdx == ["AAA"]
 
 
