@@ -2,7 +2,7 @@
 texts whose file name is their SPDX id.
 
     python benchmarks/license_detection.py [--site-packages DIR ...] [--held-out-from DIR] [--scancode PATH]
-        [--reuse DIR] [--fetch-reuse DIR] [--common-licenses DIR]
+        [--reuse DIR] [--fetch-reuse DIR] [--common-licenses DIR] [--packages DIR | --fetch-packages DIR]
 
 Licence texts (`--reuse DIR`): every `LICENSES/<SPDX-ID>.txt` file (the REUSE layout, where the file name is the
 truth) inside the wheels and sdists in DIR (read from the archives) or its folders; `--fetch-reuse DIR` first
@@ -14,7 +14,15 @@ written against the tuning half only), and each half is printed apart. "Right" i
 `-or-later` file holds the very text of its `-only` one, so -only/-or-later cannot be told from the file alone);
 "exact" also needs the same suffixes and operators.
 
-Each `*.dist-info` folder is one "repository": its LICENSE/COPYING/NOTICE files (under `licenses/` or beside
+The package set (`--packages DIR`, `--fetch-packages DIR` to download it first): the wheels pinned in
+`benchmarks/license_packages.txt`, fixed before the work it measures and never tuned on: popular packages that are
+not this project's dependencies, kept when their METADATA has PEP 639's `License-Expression` and the wheel a licence
+file (chosen by those two facts alone, before any detector ran on them). A wheel is one repository of its licence
+files only (dist-info/licenses/... at their source-tree paths, dist-info/LICENSE*); its METADATA, README and code are
+hidden from the detectors, and its License-Expression is the truth.
+
+Each installed `*.dist-info` folder is one "repository" (the development set: the packages installed here were
+looked at while the rules were written): its LICENSE/COPYING/NOTICE files (under `licenses/` or beside
 METADATA) at the top level, and METADATA's long description as README.md. The truth is the package's
 `License-Expression`; else its `License:` field when that is a valid SPDX expression; else a trove classifier that
 names one SPDX license unambiguously. Packages without a license file or without such truth are left out.
@@ -113,6 +121,44 @@ def repositories(site_packages: list[Path], known: set[str]) -> list[dict]:
             if expected and any("/" not in p and LICENSE_FILE.match(p) for p in files):
                 files["README.md"] = metadata.split("\n\n", 1)[1] if "\n\n" in metadata else ""
                 found.append({"name": dist.name, "truth": expected, "truth_source": source, "files": files})
+    return found
+
+
+PACKAGE_SET = Path(__file__).with_name("license_packages.txt")
+
+
+def pinned_packages() -> list[str]:
+    return [line.split("#")[0].strip() for line in PACKAGE_SET.read_text().splitlines() if line.split("#")[0].strip()]
+
+
+def fetch_packages(folder: Path) -> None:
+    """The wheels of PACKAGE_SET, as pinned, from the package index (no dependencies)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-d", str(folder)]
+    for spec in pinned_packages():  # one at a time: a wheel for another platform is looked for as any platform's
+        subprocess.run(pip + ["--python-version", "3.11", "--platform", "manylinux2014_x86_64", "--platform", "any", spec],
+                       check=True, capture_output=True)  # fmt: skip
+
+
+def wheel_repositories(folder: Path) -> list[dict]:
+    """One entry per pinned wheel in `folder`: its licence files (dist-info/licenses/..., dist-info/LICENSE*) at their
+    source-tree paths, nothing else (no README, no METADATA), and PEP 639's License-Expression as the truth."""
+    wanted = {spec.lower().replace("_", "-") for spec in pinned_packages()}
+    found = []
+    for wheel in sorted(folder.glob("*.whl")):
+        name, version = wheel.name.split("-")[:2]
+        if f"{name}=={version}".lower().replace("_", "-") not in wanted:
+            continue
+        with zipfile.ZipFile(wheel) as archive:
+            dist = f"{name}-{version}.dist-info/"
+            metadata = archive.read(dist + "METADATA").decode("utf-8", "replace")
+            files = {}
+            for member in archive.namelist():
+                inside = member[len(dist) :] if member.startswith(dist) else None
+                if inside and not inside.endswith("/") and (inside.startswith("licenses/") or ("/" not in inside and LICENSE_FILE.match(inside))):
+                    files[inside.removeprefix("licenses/")] = archive.read(member).decode("utf-8", "replace")
+        expected = HeaderParser().parsestr(metadata.split("\n\n", 1)[0] + "\n").get("License-Expression")
+        found.append({"name": wheel.name, "truth": expected, "truth_source": "License-Expression", "files": files})
     return found
 
 
@@ -240,6 +286,8 @@ def main() -> None:
     parser.add_argument("--halves", choices=["both", "tuning", "held-out"], default="both",
                         help="which half of the licence texts to run (tune against `tuning` only, with --show-wrong)")
     parser.add_argument("--no-packages", action="store_true", help="licence texts only")
+    parser.add_argument("--packages", type=Path, help=f"a folder holding the wheels of {PACKAGE_SET.name} (the held-out package set)")
+    parser.add_argument("--fetch-packages", type=Path, help="download those wheels into this folder first (and read it as --packages)")
     args = parser.parse_args()
     known = set(matcher().known_ids)
     detectors = {"ours (SPDX + LicenseDB texts, notices)": run_ours}
@@ -254,6 +302,13 @@ def main() -> None:
         if repos and args.halves in ("both", half):
             ids_seen = len({r["truth"] for r in repos})
             report(f"licence texts named by their SPDX id, {half} half ({ids_seen} ids)", repos, detectors, args.show_wrong)
+    if args.fetch_packages:
+        fetch_packages(args.fetch_packages)
+    if args.fetch_packages or args.packages:
+        repos = wheel_repositories(args.fetch_packages or args.packages)
+        missing = len(pinned_packages()) - len(repos)
+        report(f"the package set fixed before the work ({PACKAGE_SET.name}; licence files only, PEP 639 License-Expression as "
+               f"truth{f'; {missing} wheels missing' if missing else ''})", repos, detectors, args.show_wrong)  # fmt: skip
     if args.no_packages:
         return
     repos = repositories(args.site_packages or default, known)

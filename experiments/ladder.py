@@ -61,7 +61,8 @@ class LadderSpec(BaseModel):
     aspect: int = Field(32, gt=0, description="width per layer: n_layers = round(width / aspect)")
     head_dim: int = Field(16, gt=0)
     seq_len: int = Field(128, gt=0)
-    global_batch: int = Field(16, gt=0)
+    global_batch: int = Field(8, gt=0, description="sequences per step: at fixed tokens, 8 (twice the steps of 16) put one "
+                              "recipe's seeds within 0.05 nats at w20, w32 and w48 (benchmarks/seed_noise.py)")
     lr: float = Field(8e-3, gt=0, description="peak learning rate (of the lr_width model when lr_width is set)")
     lr_width: int | None = Field(64, gt=0, description="scale lr by lr_width / width (Adam's rule for hidden layers, "
                                  "as muP): lr is the lr_width model's; none: one lr for every width")

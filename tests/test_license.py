@@ -178,7 +178,7 @@ IF ADVISED OF THE POSSIBILITY OF SUCH DAMAGE.
 
 
 @pytest.mark.parametrize("clauses, who, expected", [
-    (BSD_ADVERTISING + BSD_ENDORSEMENT, "FOUNDATION", "BSD-4-Clause"),  # NetBSD's: ScanCode says BSD-4-Clause too
+    (BSD_ADVERTISING + BSD_ENDORSEMENT, "FOUNDATION", "BSD-4-Clause"),  # NetBSD's; ScanCode 32.5 agrees on all five
     (BSD_ENDORSEMENT, "FOUNDATION", "BSD-3-Clause"),
     ("", "REGENTS", "BSD-2-Clause"),  # jusText's LICENSE: two clauses in the regents' disclaimer (its metadata: BSD 2-Clause)
     ("", "COPYRIGHT HOLDER", "BSD-2-Clause"),
@@ -194,7 +194,9 @@ def test_bsd_licences_are_named_by_their_clauses_not_their_disclaimers_wording(c
 def test_a_licence_with_an_extra_clause_is_never_the_smaller_licence():
     """Per SPDX's matching guidelines a licence matches when nothing substantive is left over: an exception beside a
     licence's text is named WITH it (it adds a permission), an added restriction is AND (the Commons Clause, which
-    ScanCode names commons-clause), and MIT with the JSON licence's "Good, not Evil" line is the JSON licence."""
+    ScanCode names commons-clause), and MIT with the JSON licence's "Good, not Evil" line is the JSON licence.
+    ScanCode 32.5 on the same files: the Commons Clause the same; LLVM-exception with AND, not WITH; the Classpath
+    exception with a Linux-syscall-note the text does not hold; the Good-not-Evil MIT as plain MIT."""
     extra = {exception.spdx: exception.text for exception in exception_texts()}
     gpl_2 = json.loads((ROOT / "filters/assets/licenses/texts.json").read_text())["licenses"]["GPL-2.0"]["text"]
     apache = (ROOT / "LICENSE").read_text()
@@ -214,7 +216,8 @@ def test_every_licence_a_file_names_with_its_operator():
     """tld's LICENSE.rst offers three licences at the user's option (its metadata: MPL-1.1 OR GPL-2.0-only OR
     LGPL-2.1-or-later; the LGPL's notice naming the GPL no longer hides the GPL where a choice is offered); regex's
     LICENSE.txt is Apache-2.0's text after a preamble saying the code it derives from is under CNRI's Python licence,
-    on a copyright line (its metadata: Apache-2.0 AND CNRI-Python)."""
+    on a copyright line (its metadata: Apache-2.0 AND CNRI-Python). ScanCode 32.5: regex's the same licences, tld's
+    with AND, not the choice the file offers."""
     tld = ("`tld` is licensed under the\n`GPL 2.0 <LICENSE_GPL2.0.txt>`_\nor the\n`LGPL 2.1 <LICENSE_LGPL_2.1.txt>`_\nor the\n"
            "`MPL 1.1 <LICENSE_MPL_1.1.txt>`_,\nat your option.\n")  # fmt: skip
     assert detected({"LICENSE.rst": tld}).license == "GPL-2.0-only OR LGPL-2.1-only OR MPL-1.1"
