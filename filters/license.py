@@ -34,8 +34,8 @@ from filters.code_filters import TEST_PATH
 from filters.license_declared import MANIFESTS, declared_license
 from filters.license_index import copyright_lines
 from filters.license_match import (
-    ABOUT_THE_TEXT, DUAL, MAX_REST_WORDS, LicenseMatcher, bsd_by_clauses, gnu_suffix, join, matcher, notice_text, says_or_later,
-    spdx_ids, subsumes,
+    ABOUT_THE_TEXT, DUAL, MAX_REST_WORDS, UNKNOWN_RESTRICTION, LicenseMatcher, bsd_by_clauses, gnu_suffix, join, matcher, notice_text,
+    restriction_left, says_or_later, spdx_ids, subsumes,
 )
 
 # licenses asking at most for attribution and the notice, no share-alike: the usual permissive software licenses
@@ -227,6 +227,7 @@ class _Read:
     identified: bool
     offers_choice: bool  # "dual licensed", "licensed under either of", "at your option"
     or_later: bool  # "or (at your option) any later version" (the GPL's own text always has it: not counted)
+    left: str | None = None  # a restriction in the words outside the licence texts it matched (UNKNOWN_RESTRICTION)
 
 
 def _combine(reads: list[_Read], source: str, offers_choice: bool, later: bool, exceptions: dict[str, bool]) -> Detection:
@@ -238,7 +239,8 @@ def _combine(reads: list[_Read], source: str, offers_choice: bool, later: bool, 
         found = [spdx for spdx in found if not spdx.startswith("GPL-3.0")]
     beside = sorted({spdx for named in per_read for spdx in named if spdx in exceptions})
     expression = with_exceptions(join(found, offers_choice), beside, exceptions)
-    evidence = "; ".join(f"{read.path}: {' + '.join(named)}" for read, named in zip(reads, per_read) if named)
+    evidence = "; ".join(f"{read.path}: {' + '.join(named)}" + (f' (left over: "{read.left}")' if read.left else "")
+                         for read, named in zip(reads, per_read) if named)  # fmt: skip
     return Detection(expression, source if expression else "unknown", evidence)
 
 
@@ -267,7 +269,9 @@ def _read(matcher: LicenseMatcher, path: str, text: str, full_text: bool) -> _Re
             if len(rest.split()) <= MAX_REST_WORDS:
                 beside = matcher.notices(ABOUT_THE_TEXT.sub(" ", rest) + "\n" + copyright_lines(text))
                 named += [n for n in beside if not any(n == m or subsumes(m, n) for m in named)]
-            return _Read(path, named, False, bool(DUAL.search(rest)), says_or_later(rest))
+            left = restriction_left(rest)
+            named += [UNKNOWN_RESTRICTION] if left else []
+            return _Read(path, named, False, bool(DUAL.search(rest)), says_or_later(rest), left)
     identified = matcher.identifiers(text) or ([bare] if full_text and (bare := matcher.bare_id(text)) else [])
     named = identified or matcher.notices(text)
     return _Read(path, named, bool(identified), full_text and bool(DUAL.search(notice_text(rest))), says_or_later(text))

@@ -191,6 +191,26 @@ _NAME_HOLDS = {("MIT-0", "MIT"), ("Python-2.0", "PSF-2.0"), ("LGPL-2.1", "LGPL-2
 _TEXT_NAMES = {("AGPL-3.0", "GPL-3.0"), ("LGPL-3.0", "GPL-3.0"), ("LGPL-2.1", "GPL-2.0"), ("LGPL-2.0", "GPL-2.0")}
 
 
+# words left over beside a licence's text that take rights away, which no licence the file matched explains: the
+# file is that licence AND this unknown restriction (SPDX's guidelines: a licence matches only when nothing
+# substantive is left), and the words go into license_evidence
+UNKNOWN_RESTRICTION = "LicenseRef-pretrain-stack-unknown-restriction"
+_RESTRICTION = re.compile(
+    r"\b(?:for|to) non ?commercial (?:use|purposes)(?! or commercial)\b|\bnon ?commercial (?:use|purposes) only\b"
+    r"|\bnot (?:be )?used for (?:any )?(?:commercial|military|evil)\b|\bused for good not evil\b|\bthe right to sell\b"
+    r"|\bmay not (?:sell|be sold)\b|\b(?:personal|academic|research|educational) (?:use|purposes) only\b"
+)
+
+
+def restriction_left(rest: str) -> str | None:
+    """The words around the first restriction in a licence file's words outside its matched licence texts."""
+    found = _RESTRICTION.search(rest)
+    if found is None:
+        return None
+    before, after = rest[: found.start()].split()[-8:], rest[found.end() :].split()[:8]
+    return " ".join(before + [found.group(0)] + after)
+
+
 def subsumes(earlier: str, later: str, choice: bool = False) -> bool:
     return (earlier, later) in _NAME_HOLDS or (not choice and (earlier, later) in _TEXT_NAMES)
 

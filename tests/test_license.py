@@ -206,10 +206,13 @@ def test_a_licence_with_an_extra_clause_is_never_the_smaller_licence():
         "llvm": (apache + "\n\n" + extra["LLVM-exception"], "Apache-2.0 WITH LLVM-exception", True),
         "evil": (MIT.replace("The above copyright", "The Software shall be used for Good, not Evil.\n\nThe above copyright"), "JSON", False),
         "plain": (gpl_2, "GPL-2.0-only", False),  # the licence alone: no exception read into it
+        "non-commercial": (MIT + "\nThis software may be used for non-commercial purposes only.\n",
+                           "LicenseRef-pretrain-stack-unknown-restriction AND MIT", False),  # no licence has these words
     }  # fmt: skip
     for name, (text, expression, permissive) in cases.items():
         found = detected({"LICENSE": text})
         assert found.license == expression and LicenseFilter().allowed(found.license) is permissive, name
+    assert 'left over: "this software may be used for non commercial purposes only"' in detected({"LICENSE": cases["non-commercial"][0]}).evidence
 
 
 def test_every_licence_a_file_names_with_its_operator():
