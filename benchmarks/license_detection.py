@@ -136,8 +136,8 @@ def fetch_packages(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-d", str(folder)]
     for spec in pinned_packages():  # one at a time: a wheel for another platform is looked for as any platform's
-        subprocess.run(pip + ["--python-version", "3.11", "--platform", "manylinux2014_x86_64", "--platform", "any", spec],
-                       check=True, capture_output=True)  # fmt: skip
+        platforms = [arg for tag in ("manylinux2014_x86_64", "manylinux_2_28_x86_64", "any") for arg in ("--platform", tag)]
+        subprocess.run(pip + ["--python-version", "3.11", *platforms, spec], check=True, capture_output=True)
 
 
 def wheel_repositories(folder: Path) -> list[dict]:

@@ -75,8 +75,8 @@ class LicenseParams(StageParams):
     prefer: Literal["files", "declared"] = Field(
         "files", description="when a package manifest (PKG-INFO, pyproject.toml, Cargo.toml, package.json) declares an SPDX "
         "expression and the licence files say something: 'files' (the legal text is what ships; a manifest's field is "
-        "a claim that goes stale) or 'declared'; either way a difference is reported in license_evidence, and the "
-        "declaration is used where the files say nothing",
+        "a claim that goes stale) or 'declared'; either way a difference is reported in license_evidence, and where no "
+        "licence file names one the declaration wins over a README's or header's notice",
     )
     keep_unknown: bool = Field(False, description="keep repositories with no license found")
     keep_conflicting: bool = Field(False, description="keep repositories whose README and license files disagree")
