@@ -76,7 +76,7 @@ def test_a_width_trains_the_ladders_rule_and_an_older_ablation_folder_still_resu
     config = load_config(ablation.config_argument(400))
     rule = rung_settings(LadderSpec(**PRESETS["cpu"]), 20, 400, 1)
     assert config.model_dump(include=set(rule)) == rule  # every setting of `train ladder`'s width-20 rung
-    assert (config.lr, config.warmup, config.micro_batch, config.model_overrides["init_std"]) == (8e-3 * 64 / 20, 20, 16, None)
+    assert (config.lr, config.warmup, config.micro_batch, config.model_overrides["init_std"]) == (8e-3 * 64 / 20, 20, 8, None)
     assert ablation.ranks() == 1 and ablation.model_name() == "width 20 by the cpu ladder's rule"
     with pytest.raises(RecipeError, match="width: Input should be greater than or equal to 8"):
         load_ablation(str(spec_file), width=4)
