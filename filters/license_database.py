@@ -25,6 +25,8 @@ _EXPRESSION = re.compile(r"^license_expression:\s*([^\s()]+)\s*$", re.MULTILINE)
 _LICENSE_TEXT = re.compile(r"^is_license_text:\s*yes\s*$", re.MULTILINE)
 _NOT_RELEVANT = re.compile(r"^relevance:\s*(?!100\b)\d+\s*$|^is_false_positive:\s*yes\s*$", re.MULTILINE)
 _LEFT_OUT = re.compile(r"^is_(?:exception|deprecated|generic|unknown):\s*yes\s*$", re.MULTILINE)
+_EXCEPTION = re.compile(r"^is_exception:\s*yes\s*$", re.MULTILINE)
+_NOT_KEPT = re.compile(r"^is_(?:deprecated|generic|unknown):\s*yes\s*$", re.MULTILINE)
 
 
 def licensedb_folder() -> Path:
@@ -46,6 +48,7 @@ class LicenceEntry(NamedTuple):
     spdx: str | None  # None unless a real SPDX id of a licence kept (no LicenseRef-, exception, deprecated, generic)
     category: str | None  # ScanCode's grouping: Permissive, Public Domain, Copyleft, ...
     text: str
+    exception: str | None = None  # the id of an exception or added condition kept (SPDX's, else LicenseRef-scancode-)
 
 
 @cache
@@ -56,7 +59,8 @@ def licence_entries(folder: Path) -> tuple[LicenceEntry, ...]:
         _, head, text = (path.read_text(encoding="utf-8", errors="replace").split("---\n", 2) + ["", ""])[:3]
         key, spdx, category = (match.group(1) if (match := pattern.search(head)) else None for pattern in (_KEY, _SPDX_KEY, _CATEGORY))
         kept = spdx is not None and not spdx.startswith("LicenseRef-") and not _LEFT_OUT.search(head)
-        entries.append(LicenceEntry(key, spdx if kept else None, category, text))
+        exception = spdx if spdx and text.strip() and _EXCEPTION.search(head) and not _NOT_KEPT.search(head) else None
+        entries.append(LicenceEntry(key, spdx if kept else None, category, text, exception))
     return tuple(entries)
 
 
@@ -119,8 +123,6 @@ def shipped_texts(folder: Path = ASSETS) -> list[tuple[str, str]]:
 # exceptions that take rights away rather than add them (the Commons Clause, "Source-available"): a file holding one
 # is its licence AND the clause, which no permissive policy allows; every other exception adds a permission (WITH)
 RESTRICTING_CATEGORIES = ("Source-available", "Commercial", "Free Restricted", "Proprietary Free")
-_EXCEPTION = re.compile(r"^is_exception:\s*yes\s*$", re.MULTILINE)
-_NOT_KEPT = re.compile(r"^is_(?:deprecated|generic|unknown):\s*yes\s*$", re.MULTILINE)
 
 
 class ExceptionText(NamedTuple):
@@ -135,13 +137,8 @@ class ExceptionText(NamedTuple):
 @cache
 def exception_texts() -> tuple[ExceptionText, ...]:
     """Every exception of the LicenseDB with an id, deprecated and generic ones left out."""
-    found = []
-    for path in sorted(licensedb_folder().glob("*.LICENSE")):
-        _, head, text = (path.read_text(encoding="utf-8", errors="replace").split("---\n", 2) + ["", ""])[:3]
-        spdx, category = (match.group(1) if (match := pattern.search(head)) else None for pattern in (_SPDX_KEY, _CATEGORY))
-        if spdx and text.strip() and _EXCEPTION.search(head) and not _NOT_KEPT.search(head):
-            found.append(ExceptionText(spdx, text, category in RESTRICTING_CATEGORIES))
-    return tuple(found)
+    return tuple(ExceptionText(entry.exception, entry.text, entry.category in RESTRICTING_CATEGORIES)
+                 for entry in licence_entries(licensedb_folder()) if entry.exception)  # fmt: skip
 
 
 class LicenseText(NamedTuple):
