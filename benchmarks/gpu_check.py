@@ -90,7 +90,7 @@ def measure(kernel: str, compiled: bool, recipe: str, args, mesh, device) -> dic
     torch.cuda.synchronize()
     seconds = time.perf_counter() - started
     per_gpu = args.steps * args.micro_batch * args.seq_len / seconds
-    result = {"tokens_per_s": per_gpu, "flops": per_gpu * flops_per_token(config, model.num_params(), args.seq_len),
+    result = {"tokens_per_s": per_gpu, "flops": per_gpu * flops_per_token(config, model.num_params(active=True), args.seq_len),
               "memory_gib": torch.cuda.max_memory_allocated(device) / 2**30, "losses": losses,
               "first_s": started - began, "resident_gib": resident / 2**30}  # fmt: skip
     return result

@@ -4,6 +4,8 @@
 #   bash benchmarks/gpu_check.sh --model-score   # the model_score stage on a BERT-base classifier, docs/s and GPU use
 #   bash benchmarks/gpu_check.sh --trainer   # `train` itself on the curated shards in runs/ (the README's first
 #                                            # command, run here first; carry runs/ and pydantic's wheels in .wheels/)
+#   bash benchmarks/gpu_check.sh --moe       # a mixture of experts under `train` (as --trainer: carry runs/), 100
+#                                            # steps, then 30 with and 30 without --offload
 # From the repository root. Wheels carried in .wheels/ (an ignored folder) are installed with --no-index into
 # .wheels-site/ first; the check itself needs only torch (and torchao for the FP8 rows, which say why they skip
 # without it: carry its wheel, see benchmarks/README.md). --dry-run prints the plan and checks the imports anywhere.
@@ -26,6 +28,33 @@ if [[ "${1:-}" == "--model-score" ]]; then
   kill "$sampler"
   echo "GPU utilisation while it ran: mean $(awk '{s+=$1; n++} END {printf "%.0f", s/n}' /tmp/gpu-utilisation.txt)% over $(wc -l < /tmp/gpu-utilisation.txt) samples"
   exit 0
+fi
+if [[ "${1:-}" == "--moe" ]]; then
+  # The small model's shapes with 8 experts of 1,024 (top 2, 1 shared) in bf16: tokens/s, MFU on active parameters,
+  # peak memory and the expert loads after 100 steps (the last metrics line's `moe`); then 30 steps without and
+  # with --offload, whose tokens/s and peak memory the two last lines compare.
+  out=/tmp/gpu-moe failed=0
+  rm -rf "$out" && mkdir -p "$out"
+  printf 'model: small
+model_overrides: {moe_experts: 8, moe_top_k: 2, moe_hidden: 1024, moe_shared: 1}
+seq_len: 1024
+global_batch: 8
+micro_batch: 8
+checkpoint_every: 1000
+eval_every: 0
+lr: 1.0e-3
+' > "$out/moe.yaml"
+  for run in "moe --steps 100" "plain --steps 30" "offload --steps 30 --offload"; do
+    set -- $run
+    name=$1; shift
+    if timeout --foreground 170 python3 -m training --mixture mixtures/web70_code20.yaml --config "$out/moe.yaml" --out "$out/$name" "$@"; then
+      echo "$name: $(tail -n 1 "$out/$name/metrics.jsonl")"
+      if [[ -n "${OUT:-}" ]]; then cp "$out/$name/metrics.jsonl" "$OUT/$name-metrics.jsonl"; fi
+    else
+      echo "train $name $* failed: rc $?" && failed=1
+    fi
+  done
+  exit "$failed"
 fi
 if [[ "${1:-}" == "--trainer" ]]; then
   # The small model on the README's mixture, compiled: 40 steps with checkpoints at 20 and 40; the same run resumed

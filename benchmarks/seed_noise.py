@@ -7,10 +7,14 @@ curated training data's own held-out rows, never a decision's target).
 
 Needs the mixture's token shards (for the default: `curate run code-corpus --max-files 35 --output runs/ladder-code
 && curate tokenize runs/ladder-code --vocab-size 2048`). A change is `field=value` of the ladder spec (lr, lr_width,
-global_batch, warmup_fraction, min_lr_ratio, z_loss, qk_norm, init_std) or `tokens_per_param=value`, several joined
-by `+` (`init_std=null+warmup_fraction=0.2`); `baseline` is the preset as it is. Prints a markdown row per change:
-the seeds' spread (max - min) and mean of the validation loss at each width, and the wall time of its runs;
-baseline: the first change given. Runs are kept under --out: a rerun resumes.
+global_batch, warmup_fraction, min_lr_ratio, z_loss, qk_norm, init_std, optimizer, moe_experts) or
+`tokens_per_param=value`, several joined by `+` (`init_std=null+warmup_fraction=0.2`); `baseline` is the preset as it
+is. Prints a markdown row per change: the seeds' spread (max - min) and mean of the validation loss at each width,
+its difference from the first change given (the baseline) with a 95% interval over seeds (paired by seed: seed k of
+both starts from the same init and data order; Student's t with seeds - 1 degrees of freedom; both score the same
+validation sequences, whose own sampling noise is not in it), and the wall time of its runs. Tokens per parameter
+count the dense model's parameters, so an MoE change (`moe_experts=8`: top 2 of experts half the FFN's width, the
+dense model's active parameters) trains the same tokens as the baseline. Runs are kept under --out: a rerun resumes.
 """
 
 import argparse
@@ -20,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CHANGES = "baseline,lr=2e-3,lr=1e-3,global_batch=32,warmup_fraction=0.2,min_lr_ratio=0.0,z_loss=1e-4,tokens_per_param=20"
@@ -50,8 +55,9 @@ def main() -> None:
     parser.add_argument("--out", default="/tmp/seed-noise")
     args = parser.parse_args()
     widths, seeds = [int(w) for w in args.widths.split(",")], [int(s) for s in args.seeds.split(",")]
-    header = " | ".join(f"w{w} spread | w{w} mean | w{w} seeds" for w in widths)
-    print(f"| change | {header} | wall s |\n|---|{'---|---|---|' * len(widths)}---|", flush=True)
+    header = " | ".join(f"w{w} spread | w{w} mean | w{w} seeds | w{w} vs first [95%]" for w in widths)
+    print(f"| change | {header} | wall s |\n|---|{'---|---|---|---|' * len(widths)}---|", flush=True)
+    first = None
     for change in args.changes.split(","):
         overrides, tokens_per_param = parse_change(change)
         started, losses = time.perf_counter(), {width: [] for width in widths}
@@ -62,16 +68,27 @@ def main() -> None:
             ladder = Ladder(spec, str(Path(args.out) / f"{change}-seed{seed}"), log=lambda line: None)
             ladder.check_same_ladder()
             for width in widths:
-                total, _, per_token = model_size(spec, width, ladder.vocab)
+                total = model_size(spec.model_copy(update={"moe_experts": 0}), width, ladder.vocab)[0]
+                per_token = model_size(spec, width, ladder.vocab)[2]
                 budget = (tokens_per_param or args.tokens_per_param) * total * per_token
                 jobs.append((ladder, make_rung(spec, width, budget, ladder.vocab)))
         with ThreadPoolExecutor(args.parallel) as pool:
             results = list(pool.map(lambda job: job[0].train(job[1], threads=1), jobs))
         for (_, rung), result in zip(jobs, results):
             losses[rung.width].append(result["val_loss"])
-        cells = " | ".join(f"{np.ptp(losses[w]):.3f} | {np.mean(losses[w]):.3f} | {', '.join(f'{v:.3f}' for v in losses[w])}"
-                           for w in widths)  # fmt: skip
+        first = first or losses
+        cells = " | ".join(f"{np.ptp(losses[w]):.3f} | {np.mean(losses[w]):.3f} | {', '.join(f'{v:.3f}' for v in losses[w])} | "
+                           f"{paired_difference(losses[w], first[w])}" for w in widths)  # fmt: skip
         print(f"| {change} | {cells} | {time.perf_counter() - started:.0f} |", flush=True)
+
+
+def paired_difference(ours: list[float], theirs: list[float]) -> str:
+    """Mean of ours - theirs, seed by seed, with its 95% t-interval over seeds; `-` against itself or with one seed."""
+    differences = np.subtract(ours, theirs)
+    if len(differences) < 2 or not differences.any():
+        return "-"
+    half = stats.t.ppf(0.975, len(differences) - 1) * differences.std(ddof=1) / np.sqrt(len(differences))
+    return f"{differences.mean():+.3f} [{differences.mean() - half:+.3f}, {differences.mean() + half:+.3f}]"
 
 
 if __name__ == "__main__":

@@ -69,12 +69,14 @@ def fsdp_run(folder: Path, mixture: Path, steps: int, seq_len: int, global_batch
     return len(steady) / sum(1 / t for t in steady)  # tokens/s over the steady steps (harmonic mean of per-step rates)
 
 
-def run_arguments(doc: str, steps: int, seq_len: int) -> argparse.Namespace:
-    """--steps, --seq-len and --global-batch of a training benchmark."""
+def run_arguments(doc: str, steps: int, seq_len: int, row_sets: list[str] | None = None) -> argparse.Namespace:
+    """--steps, --seq-len and --global-batch of a training benchmark (and --rows, one of `row_sets`, the first by default)."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--seq-len", type=int, default=seq_len)
     parser.add_argument("--global-batch", type=int, default=16)
+    if row_sets:
+        parser.add_argument("--rows", choices=row_sets, default=row_sets[0])
     return parser.parse_args()
 
 

@@ -36,6 +36,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Literal
 from pathlib import Path
 
 import yaml
@@ -72,6 +73,10 @@ class LadderSpec(BaseModel):
     average_last: float = Field(0.0, ge=0, lt=1, description="every rung ends with the mean of its weights over this "
                                 "fraction of its last steps (0: its last step's weights)")
     qk_norm: bool = Field(False, description="RMSNorm over each head's queries and keys on every rung")
+    optimizer: Literal["adamw", "muon"] = Field("adamw", description="every rung's optimizer (muon: Muon for the blocks' "
+                                                "matrices, AdamW for the rest, at the same lr)")  # fmt: skip
+    moe_experts: int = Field(0, ge=0, description="mixture-of-experts feed-forwards with this many experts, top_k 2, each "
+                             "half the dense FFN's width (the dense rung's active parameters); 0: dense")  # fmt: skip
     init_std: float | None = Field(None, gt=0, description="std of every weight matrix's init; none: 1 / sqrt(fan_in) "
                                    "(0.02, GPT-2's, left the cpu preset's w20 seeds 0.6 nats apart)")
     eval_sequences: int = Field(256, gt=0, description="held-out sequences per source scored at the end of each rung")
@@ -111,7 +116,8 @@ class LadderSpec(BaseModel):
 
 
 # What rungs recorded before a field existed were trained with: a ladder.json without the field had that setting.
-TRAINED_BEFORE_FIELDS = {"z_loss": 0.0, "qk_norm": False, "init_std": 0.02, "average_last": 0.0}
+TRAINED_BEFORE_FIELDS = {"z_loss": 0.0, "qk_norm": False, "init_std": 0.02, "average_last": 0.0, "optimizer": "adamw",
+                         "moe_experts": 0}  # fmt: skip
 
 PRESETS = {
     "cpu": {"mixture": "mixtures/ladder_code.yaml"},
@@ -130,9 +136,10 @@ def shape(spec: LadderSpec, width: int) -> dict:
     heads = max(1, width // spec.head_dim)
     while width % heads:  # the most heads of at least head_dim that divide the width
         heads -= 1
+    ffn_hidden = -(-8 * width // 3 // 16) * 16
+    experts = {"moe_experts": spec.moe_experts, "moe_top_k": 2, "moe_hidden": ffn_hidden // 2} if spec.moe_experts else {}
     return {"dim": width, "n_layers": max(1, round(width / spec.aspect)), "n_heads": heads, "n_kv_heads": heads,
-            "ffn_hidden": -(-8 * width // 3 // 16) * 16, "tie_embeddings": True, "qk_norm": spec.qk_norm,
-            "init_std": spec.init_std}  # fmt: skip
+            "ffn_hidden": ffn_hidden, "tie_embeddings": True, "qk_norm": spec.qk_norm, "init_std": spec.init_std, **experts}  # fmt: skip
 
 
 def learning_rate(spec: LadderSpec, width: int) -> float:
@@ -156,7 +163,7 @@ def rung_settings(spec: LadderSpec, width: int, steps: int, ranks: int) -> dict:
         "global_batch": spec.global_batch, "micro_batch": spec.micro_batch or spec.global_batch // ranks,
         "lr": lr, "min_lr": lr * spec.min_lr_ratio, "warmup": round(spec.warmup_fraction * steps),
         "schedule": "cosine", "shuffle_sequences": True, "seed": spec.seed, "eval_every": steps, "z_loss": spec.z_loss,
-        "average_last": spec.average_last,
+        "average_last": spec.average_last, "optimizer": spec.optimizer,
         "eval_sequences": spec.eval_sequences, "checkpoint_every": max(1, steps // 4), "keep_checkpoints": 1,
         "log_every": max(1, steps // 50),
     }  # fmt: skip
@@ -192,7 +199,7 @@ def model_size(spec: LadderSpec, width: int, vocab: int) -> tuple[int, int, floa
     with torch.device("meta"):
         model = Transformer(config)
     total = model.num_params()
-    return total, model.num_params(embeddings=False), flops_per_token(config, total, spec.seq_len)
+    return total, model.num_params(embeddings=False), flops_per_token(config, model.num_params(active=True), spec.seq_len)
 
 
 def make_rung(spec: LadderSpec, width: int, budget: float, vocab: int, held_out: bool = False) -> Rung:

@@ -47,7 +47,7 @@ def test_tp_divides_the_matmuls_and_embeddings_not_the_norms_and_pp_puts_the_ful
 
 def test_layouts_keep_tp_inside_a_node_dividing_the_heads_pp_dividing_the_blocks_and_replicas_of_whole_nodes():
     found = layouts(MODEL_CONFIGS["70b"], gpus=16, gpus_per_node=8)
-    assert all(r * s * t * p == 16 for r, s, t, p in (vars(x).values() for x in found))
+    assert all(x.dp_replicate * x.dp_shard * x.tp * x.pp == 16 and x.ep == 1 for x in found)
     assert {x.tp for x in found} == {1, 2, 4, 8} and {x.pp for x in found} == {1, 2, 4, 8, 16}
     assert {x.dp_replicate for x in found} == {1, 2}  # 2 nodes: a replica per node at most
     assert Layout(1, 16, 1, 1) in found and Layout(2, 8, 1, 1) in found and Layout(2, 1, 8, 1) in found
@@ -73,12 +73,37 @@ def test_the_choice_prefers_data_parallelism_then_tp_inside_a_node_and_says_when
     assert plan("70b", 8, 80) is None  # 16 bytes x 68.98B / 8 GPUs = 128.5 GiB each, before activations
 
 
+def test_a_mixture_of_experts_counts_every_expert_in_its_state_and_expert_parallelism_shrinks_what_a_block_gathers():
+    """OLMoE-1B-7B's shapes: 6.92B parameters of which 1.28B active; the training state divides by dp_shard with or
+    without EP (experts shard over efsdp x ep); a block's gathered copy holds num_experts / ep experts."""
+    config = MODEL_CONFIGS["moe-7b-a1b"]
+    total, experts = num_params(config), 16 * 3 * 2048 * 1024 * 64
+    with torch.device("meta"):
+        model = Transformer(config)
+    assert total == model.num_params() and round(total / 1e9, 2) == 6.92 and round(model.num_params(active=True) / 1e9, 2) == 1.28
+    found = layouts(config, 8, 8)
+    assert {x.ep for x in found} == {1, 2, 4, 8} and all((x.dp_shard, x.tp, x.pp) == (8, 1, 1) for x in found)
+    plain, ep8 = estimate(config, Layout(1, 8, 1, 1), 4096, 2), estimate(config, Layout(1, 8, 1, 1, 8), 4096, 2)
+    assert plain.state() == ep8.state() == 16 * total / 8
+    assert plain.gathered - ep8.gathered == 2 * 2 * (experts / 16) * (1 - 1 / 8)  # two blocks' experts, bf16
+    best, _, reason = choose([plain, ep8], 72 * GiB)
+    assert best.layout.ep == 8 and "experts split 8 ways" in reason
+
+
+def test_offload_leaves_the_gpu_the_buffers_and_activations():
+    seven_b = estimate(MODEL_CONFIGS["7b"], Layout(1, 1, 1, 1), seq_len=4096, micro_batch=1)
+    assert seven_b.total(True, offload=True) == seven_b.gathered + seven_b.activations_ac
+    assert choose([seven_b], 72 * GiB) is None and choose([seven_b], 72 * GiB, offload=True)[0] is seven_b
+
+
 @pytest.mark.parametrize(
     "args, code, expected",
     [
         (["--model", "7b", "--gpus", "8", "--gpu-memory", "80"], 0, "chosen: dp_shard 8 (32.8 GiB per GPU; train --dp-shard 8)"),
         (["--model", "70b", "--gpus", "8", "--gpu-memory", "80"], 1, "train plan: no layout of 70b fits 8 GPUs of 80 GiB"),
         (["--model", "7b"], 2, "train plan: give --mixture (the data plan) or --gpus (the memory plan)"),
+        (["--model", "moe-7b-a1b", "--gpus", "8"], 0, "chosen: dp_shard 8 x ep 8 (43.5 GiB per GPU; train --dp-shard 8 --ep 8)"),
+        (["--model", "7b", "--gpus", "1", "--offload"], 0, "chosen: one GPU (20.3 GiB per GPU; train --offload)"),
     ],
 )
 def test_train_plan_gpus_prints_each_layout_and_the_choice_or_one_line(args, code, expected):
@@ -86,8 +111,8 @@ def test_train_plan_gpus_prints_each_layout_and_the_choice_or_one_line(args, cod
     assert done.returncode == code and expected in done.stdout + done.stderr, done.stdout + done.stderr
     if code:
         assert len(done.stderr.strip().splitlines()) == 1
-    if code != 2:
-        assert "dp_shard 4 x tp 2" in done.stdout and "total AC" in done.stdout
+    if code != 2 and "8" in args:
+        assert ("dp_shard 4 x tp 2" if "moe" not in args[1] else "dp_shard 8 x ep 2") in done.stdout and "total AC" in done.stdout
     if code == 0:  # the choice and its reason on one line
         assert any(line.startswith(expected) and line.endswith("no activation recomputation") for line in done.stdout.splitlines())
 

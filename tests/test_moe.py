@@ -82,7 +82,7 @@ def test_bias_balancing_moves_a_skewed_router_toward_balance_without_gradients()
     for step in range(300):
         load = imbalance(layer, x)  # the forward whose expert loads the update reads
         last += [load] if step >= 280 else []
-        layer.balance_bias(0.005)
+        layer.balance_bias(layer.stats.tokens_per_expert, 0.005)
     print(f"\nmax/mean load: {before:.2f} before, at most {max(last):.2f} over the last 20 of 300 bias updates")
     assert before > 3 and max(last) < 1.5 and torch.equal(layer.router.weight, weights)
 

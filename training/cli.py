@@ -10,7 +10,7 @@ import torch
 
 from training import fp8, run_lock, storage
 from training.attention import KERNELS
-from training.config import PP_SCHEDULES
+from training.config import PP_SCHEDULES, PRESETS
 from training.metrics import SPIKE_POLICIES
 
 
@@ -31,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,  # the epilog's one line per command, as written
     )
     parser.add_argument("--mixture", required=True, help="mixture YAML, e.g. mixtures/web70_code20.yaml")
-    parser.add_argument("--config", default="tiny", help="preset tiny|tiny-untied|small|1b|7b|70b, or a YAML file of training settings")
+    parser.add_argument("--config", default="tiny", help=f"preset {'|'.join(PRESETS)}, or a YAML file of training settings")
     parser.add_argument("--steps", type=int, help="optimizer steps (overrides the config)")
     parser.add_argument("--out", default="runs/train", help="run folder: metrics.jsonl, checkpoints/, lineage.jsonl")
     parser.add_argument("--resume", action="store_true", help="continue from the latest complete checkpoint in --out")
@@ -60,6 +60,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--z-loss", type=float, dest="z_loss", help="z-loss weight, e.g. 1e-4 (0: off)")
     parser.add_argument("--average-last", type=float, dest="average_last",
                         help="end with the mean of the weights over this fraction of the last steps, e.g. 0.2 (0: off)")
+    parser.add_argument("--optimizer", choices=["adamw", "muon"],
+                        help="muon: Muon for the blocks' matrices, AdamW for the rest, on the same lr schedule (default adamw)")
+    parser.add_argument("--offload", action="store_true", default=None,
+                        help="keep parameters, gradients and optimizer state in CPU memory between uses (FSDP2 CPU offload)")
     parser.add_argument("--fp8", choices=fp8.RECIPES,
                         help="float8 matmuls in the blocks (torchao; GPUs with compute capability 8.9+: H100/H200); "
                         "refused in one line elsewhere")  # fmt: skip
@@ -75,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     layout.add_argument("--pp-schedule", choices=PP_SCHEDULES, dest="pp_schedule", help="pipeline schedule")
     layout.add_argument("--pp-microbatches", type=int, dest="pp_microbatches", help="micro-batches per pipeline step")
     layout.add_argument("--cp", type=int, help="context parallel degree (CUDA only)")
+    layout.add_argument("--ep", type=int, help="expert parallel degree for MoE models (divides --dp-shard and the experts)")
     return parser
 
 
@@ -84,13 +89,15 @@ def _plan_parser() -> argparse.ArgumentParser:
         description="Two plans before any GPU time is spent. With --mixture, the data plan: resolve a mixture against the "
         "token shards: tokens available per source (and bucket), tokens each phase asks (by default the tokens `train` "
         "would run: the config's steps), epochs per source; exits 1 when a source would repeat more than its max_epochs. "
-        "With --gpus (and no --mixture), the memory plan: per candidate layout (dp_replicate x dp_shard x tp x pp) the "
-        "parameters, gradients, AdamW states (16 bytes per parameter), FSDP buffers and activations (with and without "
-        "activation checkpointing) per GPU, and the fastest layout that fits; exits 1 when none fits.",
+        "With --gpus (and no --mixture), the memory plan: per candidate layout (dp_replicate x dp_shard x tp x pp, and ep "
+        "for a mixture of experts) the parameters, gradients, AdamW states (16 bytes per parameter, every expert "
+        "counted), FSDP buffers and activations (with and without activation checkpointing) per GPU, and the fastest "
+        "layout that fits; exits 1 when none fits. With --offload, the GPU keeps only the buffers and activations and "
+        "the plan says the host memory the offloaded state needs.",
     )  # fmt: skip
     parser.add_argument("--mixture", help="mixture YAML: the data plan")
     parser.add_argument("--config", "--model", dest="config", default="tiny",
-                        help="preset tiny|tiny-untied|small|1b|7b|70b or a settings YAML, as `train --config` takes it")
+                        help=f"preset {'|'.join(PRESETS)} or a settings YAML, as `train --config` takes it")
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--steps", type=int, help="the tokens of this many steps (default: the config's steps, as `train` would run)")
     budget.add_argument("--tokens", type=float, help="tokens to train on, e.g. 2e9")
@@ -104,6 +111,8 @@ def _plan_parser() -> argparse.ArgumentParser:
     memory.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16", help="parameter and activation dtype (default bf16)")
     memory.add_argument("--scores-stored", action="store_true", dest="scores_stored",
                         help="the attention kernel stores the s x s scores (SDPA math): count Korthikanti's 5as/h term")
+    memory.add_argument("--offload", action="store_true",
+                        help="plan for `train --offload`: parameters, gradients and optimizer state in host memory")
     return parser
 
 
@@ -203,7 +212,7 @@ def cmd_memory_plan(args) -> int:
 
     from training import memory_plan as mp
     from training.config import load_config
-    from training.model import MODEL_CONFIGS
+    from training.model import MODEL_CONFIGS, Transformer
 
     try:
         config = load_config(args.config, seq_len=args.seq_len, micro_batch=args.micro_batch)
@@ -219,7 +228,10 @@ def cmd_memory_plan(args) -> int:
     estimates = [mp.estimate(model, layout, config.seq_len, config.micro_batch, param_bytes, args.scores_stored)
                  for layout in mp.layouts(model, args.gpus, args.gpus_per_node)]  # fmt: skip
     console = Console() if sys.stdout.isatty() else Console(width=160)
-    print(f"{args.config}: {mp.num_params(model) / 1e9:.3g}B parameters, seq_len {config.seq_len}, micro batch "
+    with torch.device("meta"):
+        active = Transformer(model).num_params(active=True)
+    active_text = f" ({active / 1e9:.3g}B active)" if active != mp.num_params(model) else ""
+    print(f"{args.config}: {mp.num_params(model) / 1e9:.3g}B parameters{active_text}, seq_len {config.seq_len}, micro batch "
                   f"{config.micro_batch}, {args.dtype}; {args.gpus} GPUs of {args.gpu_memory:g} GiB ({args.gpus_per_node} per "
                   f"node): {budget / mp.GiB:.1f} GiB usable after {mp.HEADROOM:.0%} headroom (allocator, NCCL). GiB per GPU, "
                   "fullest pipeline stage; AC: full activation checkpointing")  # fmt: skip
@@ -227,18 +239,23 @@ def cmd_memory_plan(args) -> int:
     for column in ("layout", "params", "grads", "optimizer", "FSDP buffers", "activations", "act. AC", "total", "total AC", "fits"):
         table.add_column(column, justify="left" if column in ("layout", "fits") else "right")
     for e in sorted(estimates, key=lambda e: mp.preference(e, False)):
-        fits = "yes" if e.total(False) <= budget else "with AC" if e.total(True) <= budget else "no"
+        fits = "yes" if e.total(False, args.offload) <= budget else "with AC" if e.total(True, args.offload) <= budget else "no"
         table.add_row(e.layout.describe(), *(f"{value / mp.GiB:.2f}" for value in (e.params, e.grads, e.optimizer, e.gathered,
                       e.activations, e.activations_ac, e.total(False), e.total(True))), fits)  # fmt: skip
     console.print(table)
-    chosen = mp.choose(estimates, budget)
+    chosen = mp.choose(estimates, budget, args.offload)
     if chosen is None:
         print(f"train plan: {_no_fit(args, model, config, estimates, budget, param_bytes)}", file=sys.stderr)
         return 1
     best, checkpointing, reason = chosen
     flags = " ".join(f"--{name.replace('_', '-')} {size}" for name, size in vars(best.layout).items() if size > 1)
+    flags += " --offload" if args.offload else ""
     print(f"chosen: {best.layout.describe()}{' + activation checkpointing' if checkpointing else ''} "
-                  f"({best.total(checkpointing) / mp.GiB:.1f} GiB per GPU; train {flags or '(no layout flags)'}): {reason}")  # fmt: skip
+                  f"({best.total(checkpointing, args.offload) / mp.GiB:.1f} GiB per GPU; train {flags.strip() or '(no layout flags)'}): {reason}")  # fmt: skip
+    if args.offload:
+        per_node = min(args.gpus, args.gpus_per_node)
+        print(f"offload: {best.state() / mp.GiB:.1f} GiB per GPU moves to host memory ({best.state() * per_node / mp.GiB:.1f} "
+              f"GiB per node of {per_node} GPUs, pinned), saving that much on each GPU")  # fmt: skip
     return 0
 
 
@@ -278,7 +295,7 @@ def _num_params(config, mixture) -> int:
 
 OVERRIDES = ("steps", "seq_len", "global_batch", "micro_batch", "lr", "dtype", "attention", "checkpoint_every", "lineage_every", "seed",
              "eval_every", "eval_sequences", "spike_policy", "z_loss", "average_last", "shuffle_sequences", "dp_replicate", "dp_shard",
-             "tp", "pp", "pp_schedule", "pp_microbatches", "cp", "fp8")  # fmt: skip
+             "tp", "pp", "pp_schedule", "pp_microbatches", "cp", "ep", "fp8", "optimizer", "offload")  # fmt: skip
 
 
 VALIDATED = "TRAIN_VALIDATED"  # set by `train` for the ranks it launches, which skip what it checked
@@ -344,7 +361,7 @@ def _check_resume(args, mixture, config, shards, speaker: bool) -> tuple[Path | 
     state = json.loads((previous / checkpoint.STATE_FILE).read_text())
     try:
         check_resumable(state["data"], config.seed, [shape.seq_len for shape in mixture.shapes(config.base_shape())],
-                        config.shuffle_sequences)  # fmt: skip
+                        config.shuffle_sequences, mixture.ramp_stages(config.base_shape()))  # fmt: skip
     except ValueError as error:
         raise ValueError(f"{previous}: {error}") from None
     if shards and config.eval_every:

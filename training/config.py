@@ -31,6 +31,8 @@ class Parallelism(BaseModel):
     pp_microbatches: int = Field(0, ge=0, description="micro-batches a pipeline step is split into; 0: the step's "
                                  "micro-batches per data-parallel rank (global_batch / (micro_batch x dp))")  # fmt: skip
     cp: int = Field(1, ge=1, description="context parallel degree (CUDA only)")
+    ep: int = Field(1, ge=1, description="expert parallel degree: each MoE layer's experts split over this many of the "
+                    "dp_shard ranks (all-to-all dispatch); FSDP shards the experts over the dp_shard / ep left")  # fmt: skip
 
     @model_validator(mode="after")
     def shard_nonzero(self):
@@ -67,6 +69,14 @@ class Parallelism(BaseModel):
         if self.pp > 1 and config.tie_embeddings:
             raise ValueError("parallelism.pp > 1 needs untied embeddings (--config tiny-untied, or model_overrides: "
                              "{tie_embeddings: false}): the embedding and the output layer live on different stages")  # fmt: skip
+        if self.ep > 1 and not config.moe_experts:
+            raise ValueError(f"parallelism.ep {self.ep} needs a mixture-of-experts model (e.g. --config tiny-moe)")
+        if self.ep > 1 and (config.moe_experts % self.ep or self.dp_shard % self.ep or self.dp_replicate > 1):
+            raise ValueError(f"parallelism.ep {self.ep} must divide the model's {config.moe_experts} experts and dp_shard "
+                             f"{self.dp_shard} (expert parallelism splits the FSDP ranks; no dp_replicate with it yet)")  # fmt: skip
+        if config.moe_experts and (self.tp > 1 or self.pp > 1):
+            raise ValueError("a mixture-of-experts model trains with FSDP / HSDP (tp 1, pp 1): tensor parallelism does not "
+                             "split experts and a pipeline stage's router losses do not reach the last stage's objective yet")  # fmt: skip
         if self.cp > 1:
             raise ValueError("parallelism.cp > 1: context parallelism is not built yet (torch's ring attention runs only on "
                              "CUDA's flash/efficient SDPA kernels, so it cannot be tested on this CPU machine)")  # fmt: skip
@@ -76,7 +86,8 @@ class Parallelism(BaseModel):
         return self.dp_replicate * self.dp_shard
 
     def describe(self) -> str:
-        sizes = {"dp_replicate": self.dp_replicate, "dp_shard": self.dp_shard, "tp": self.tp, "pp": self.pp, "cp": self.cp}
+        sizes = {"dp_replicate": self.dp_replicate, "dp_shard": self.dp_shard, "tp": self.tp, "pp": self.pp, "cp": self.cp,
+                 "ep": self.ep}  # fmt: skip
         used = [f"{name} {size}" for name, size in sizes.items() if size > 1]
         pipeline = f" ({self.pp_schedule})" if self.pp > 1 else ""
         return " x ".join(used) + pipeline if used else "one rank"
@@ -123,6 +134,15 @@ class TrainConfig(BaseModel):
     z_loss: float = Field(0.0, ge=0, description="weight of PaLM's z-loss, mean log(Z)^2 of the logits (e.g. 1e-4); 0: off")
     average_last: float = Field(0.0, ge=0, lt=1, description="end with the mean of the weights over this fraction of the "
                                 "run's last steps (LAWA, SWA's tail mean; e.g. 0.2); 0: the last step's weights")
+    optimizer: Literal["adamw", "muon"] = Field("adamw", description="muon: Muon for the blocks' matrices (Moonlight's "
+                                                "RMS-matched scale: same lr schedule), AdamW for embeddings, output, norms, routers")  # fmt: skip
+    muon_momentum: float = Field(0.95, ge=0, lt=1, description="Muon's Nesterov momentum")
+    offload: bool = Field(False, description="parameters, gradients and optimizer state in CPU memory between uses "
+                          "(FSDP2's CPUOffloadPolicy; the optimizer steps on the CPU)")  # fmt: skip
+    moe_balance_loss: float = Field(0.01, ge=0, description="weight of the MoE load-balancing loss (Switch; OLMoE's 0.01)")
+    moe_router_z_loss: float = Field(0.001, ge=0, description="weight of the MoE router z-loss (ST-MoE; OLMoE's 0.001)")
+    moe_bias_rate: float = Field(0.001, ge=0, description="bias step of auxiliary-loss-free balancing, for models with "
+                                 "moe_bias_balancing (DeepSeek-V3's 0.001)")  # fmt: skip
     shuffle_sequences: bool = Field(False, description="take each epoch's windows in a shuffled order, so a batch mixes "
                                     "documents (runs of one sequence length; less noisy small runs: ladders, ablations)")  # fmt: skip
     eval_every: int = Field(20, ge=0, description="validation loss on the held-out slice every N steps and at the end; 0: never")
@@ -150,6 +170,9 @@ class TrainConfig(BaseModel):
 PRESETS = {
     "tiny": {"model": "tiny"},
     "tiny-untied": {"model": "tiny", "model_overrides": {"tie_embeddings": False}},  # a pipeline can split it
+    "tiny-moe": {"model": "tiny-moe"},
+    "moe-7b-a1b": {"model": "moe-7b-a1b", "seq_len": 4096, "global_batch": 1024, "micro_batch": 2, "lr": 4e-4, "min_lr": 4e-5,
+                   "warmup": 2000, "activation_checkpointing": True},  # OLMoE-1B-7B's batch (4M tokens) and peak lr
     "small": {"model": "small", "seq_len": 1024, "global_batch": 64, "micro_batch": 8, "lr": 1e-3, "min_lr": 1e-4, "warmup": 200},
     "1b": {"model": "1b", "seq_len": 2048, "global_batch": 256, "micro_batch": 4, "lr": 4e-4, "min_lr": 4e-5, "warmup": 2000,
            "activation_checkpointing": True},
@@ -162,7 +185,7 @@ PRESETS = {
 
 
 def load_config(name_or_path: str, **overrides) -> TrainConfig:
-    """A preset name (tiny|tiny-untied|small|1b|7b|70b) or a YAML file of TrainConfig fields; CLI overrides win."""
+    """A preset name (see PRESETS) or a YAML file of TrainConfig fields; CLI overrides win."""
     if name_or_path in PRESETS:
         data = dict(PRESETS[name_or_path])
     else:

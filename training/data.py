@@ -198,17 +198,28 @@ def _micro_batches(rows: list[tuple[int, np.ndarray]], micro_batch: int) -> list
 
 
 def check_batches(mixture: Mixture, base: PhaseShape, world: int) -> None:
-    """Every phase's global batch splits into micro-batches on `world` ranks, or ValueError naming the phase."""
+    """Every phase's global batch (and every batch of the ramp) splits into micro-batches on `world` ranks, or
+    ValueError naming the phase or the ramp."""
     for phase, shape in zip(mixture.phases, mixture.shapes(base)):
         if shape.global_batch % (shape.micro_batch * world):
             raise ValueError(f"phase {phase.name!r}: global_batch {shape.global_batch} is not a multiple of micro_batch "
                              f"{shape.micro_batch} x ranks {world}")  # fmt: skip
+    first = mixture.shapes(base)[0]
+    for _, divisor in mixture.ramp_stages(base):
+        if first.global_batch % divisor or (first.global_batch // divisor) % (first.micro_batch * world):
+            raise ValueError(f"batch_ramp: a batch of 1/{divisor} of global_batch {first.global_batch} is not a whole "
+                             f"multiple of micro_batch {first.micro_batch} x ranks {world}: start the ramp higher or "
+                             "use a smaller micro_batch")  # fmt: skip
 
 
-def check_resumable(state: dict, seed: int, seq_lens: list[int], shuffle_sequences: bool = False) -> None:
-    """A checkpoint's data state continues only with the seed, the sequence lengths per phase and the order of
-    sequences it was written with."""
+def check_resumable(state: dict, seed: int, seq_lens: list[int], shuffle_sequences: bool = False, ramp: list | None = None) -> None:
+    """A checkpoint's data state continues only with the seed, the sequence lengths per phase, the order of sequences
+    and the batch ramp it was written with."""
     saved = state.get("seq_lens", [state.get("seq_len")] * len(seq_lens))
+    saved_ramp, ramp = state.get("batch_ramp", [[0, 1]]), [list(stage) for stage in ramp or [(0, 1)]]
+    if saved_ramp != ramp:
+        raise ValueError(f"the run was trained with the batch ramp's stages (first step, divisor) {saved_ramp}, not "
+                         f"{ramp}: resume with its mixture's batch_ramp and global_batch, or start a new --out")  # fmt: skip
     if state.get("shuffle_sequences", False) != shuffle_sequences:
         raise ValueError(f"the run was trained with shuffle_sequences {state.get('shuffle_sequences', False)}, not "
                          f"{shuffle_sequences}: resume with its setting, or start a new --out")  # fmt: skip
@@ -243,6 +254,7 @@ class MixtureLoader:
                 raise ValueError(f"source {stream.name!r}: no training document in {len(stream.files)} shard(s) matches "
                                  f"{mixture.sources[stream.name].where}")  # fmt: skip
         self.phase_start_steps = mixture.phase_start_steps(total_steps, base)
+        self.ramp = mixture.ramp_stages(base)
         self.positions = [(0, 0)] * len(self.names)
         self.tokens = [0] * len(self.names)
         self.phase_counts = [0] * len(self.names)
@@ -252,10 +264,19 @@ class MixtureLoader:
     def phase_at(self, step: int) -> int:
         return max(p for p, start in enumerate(self.phase_start_steps) if start <= step or p == 0)
 
+    def shape_at(self, step: int) -> PhaseShape:
+        """Step `step`'s shape: its phase's, with the batch ramp's global batch."""
+        return self.mixture.step_shape(self.shapes[self.phase_at(step)], step, self.ramp)
+
     @property
     def shape(self) -> PhaseShape:
-        """The shape of the next step's phase."""
-        return self.shapes[self.phase_at(self.step)]
+        """The shape of the next step."""
+        return self.shape_at(self.step)
+
+    @property
+    def last_shape(self) -> PhaseShape:
+        """The shape of the step drawn last."""
+        return self.shape_at(self.step - 1)
 
     @property
     def grad_accum(self) -> int:
@@ -268,7 +289,7 @@ class MixtureLoader:
             self.phase, self.phase_counts = phase, [0] * len(self.names)
         length = self.shapes[phase].seq_len
         plan = []
-        for source in choose_sources(self.phase_counts, self.mixture.weights(phase), self.shapes[phase].global_batch):
+        for source in choose_sources(self.phase_counts, self.mixture.weights(phase), self.shape.global_batch):
             epoch, offset = self.streams[source].fit(*self.positions[source], length)
             plan.append((source, epoch, offset, length))
             self.positions[source] = (epoch, offset + length)
@@ -298,14 +319,14 @@ class MixtureLoader:
 
     def state_dict(self) -> dict:
         return {"seed": self.seed, "seq_lens": [shape.seq_len for shape in self.shapes], "step": self.step, "phase": self.phase,
-                "shuffle_sequences": self.shuffle_sequences,
+                "shuffle_sequences": self.shuffle_sequences, "batch_ramp": [list(stage) for stage in self.ramp],
                 "positions": {n: list(p) for n, p in zip(self.names, self.positions)},
                 "tokens": dict(zip(self.names, self.tokens)),
                 "phase_sequences": dict(zip(self.names, self.phase_counts)),
                 "skipped": {s.name: sorted(s.skipped) for s in self.streams if s.skipped}}  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
-        check_resumable(state, self.seed, [shape.seq_len for shape in self.shapes], self.shuffle_sequences)
+        check_resumable(state, self.seed, [shape.seq_len for shape in self.shapes], self.shuffle_sequences, self.ramp)
         self.skip(state.get("skipped", {}))
         if "positions" in state:
             self.positions = [tuple(state["positions"].get(name, (0, 0))) for name in self.names]

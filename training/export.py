@@ -132,9 +132,13 @@ def export(path: str | Path, out: str | Path, dtype: str = "float32", shard_byte
     from tokenizers import Tokenizer
 
     run, step = find_checkpoint(path)
-    if (run / MODEL_FILE).is_file() and json.loads((run / MODEL_FILE).read_text()).get("qk_norm"):  # before the weights load
+    saved = json.loads((run / MODEL_FILE).read_text()) if (run / MODEL_FILE).is_file() else {}  # before the weights load
+    if saved.get("qk_norm"):
         raise ValueError(f"{run}: a qk_norm model has no Llama layout in transformers; export supports models "
                          "trained without model_overrides qk_norm")  # fmt: skip
+    if saved.get("moe_experts"):
+        raise ValueError(f"{run}: a mixture-of-experts model has no Llama layout in transformers; export supports dense "
+                         "models")  # fmt: skip
     model = load_model(run, step)
     tokenizer_file = run / TOKENIZER_FILE
     eos_id = Tokenizer.from_file(str(tokenizer_file)).token_to_id(EOS_TOKEN)

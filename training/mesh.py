@@ -1,5 +1,7 @@
 """The one DeviceMesh of a run, built in one place: pp x dp_replicate x dp_shard x cp x tp, innermost fastest, so
-tensor parallelism (the most communication-hungry split) lands on neighbouring ranks, which are a node's GPUs."""
+tensor parallelism (the most communication-hungry split) lands on neighbouring ranks, which are a node's GPUs. With
+expert parallelism dp_shard is built as efsdp x ep (the ep ranks of an expert group neighbours) and flattened back:
+dense parameters shard over all of dp_shard, experts over ep and then FSDP over efsdp (torchtitan's layout)."""
 
 from dataclasses import dataclass
 
@@ -18,6 +20,7 @@ class Meshes:
     world: DeviceMesh
     dp: DeviceMesh  # dp_replicate x dp_shard flattened: which slice of the global batch a rank reads
     fsdp: DeviceMesh  # what fully_shard shards (and, with dp_replicate > 1, replicates) over: 1-D FSDP or 2-D HSDP
+    experts: DeviceMesh | None = None  # efsdp x ep, with expert parallelism: the experts' mesh
 
     @property
     def tp(self) -> DeviceMesh:
@@ -36,8 +39,15 @@ class Meshes:
 
 def build(layout: Parallelism, device_type: str) -> Meshes:
     """`layout` resolved for the world size (dp_shard filled in)."""
-    sizes = tuple(getattr(layout, name) for name in DIMS)
-    world = init_device_mesh(device_type, sizes, mesh_dim_names=DIMS)
+    if layout.ep > 1:
+        names = ("pp", "dp_replicate", "efsdp", "ep", "cp", "tp")
+        sizes = (layout.pp, layout.dp_replicate, layout.dp_shard // layout.ep, layout.ep, layout.cp, layout.tp)
+        world = init_device_mesh(device_type, sizes, mesh_dim_names=names)
+        world["efsdp", "ep"]._flatten("dp_shard")
+        experts = world["efsdp", "ep"]
+    else:
+        sizes = tuple(getattr(layout, name) for name in DIMS)
+        world, experts = init_device_mesh(device_type, sizes, mesh_dim_names=DIMS), None
     dp = world["dp_replicate", "dp_shard"]._flatten("dp")
     fsdp = world["dp_replicate", "dp_shard"] if layout.dp_replicate > 1 else world["dp_shard"]
-    return Meshes(layout, world, dp, fsdp)
+    return Meshes(layout, world, dp, fsdp, experts)

@@ -1,5 +1,5 @@
 """Mixture YAML: named sources of token shards with weights by tokens, in phases (which may also change the sequence
-length and RoPE, for context extension). Validated at load."""
+length and RoPE, for context extension), and an optional batch-size ramp. Validated at load."""
 
 import fnmatch
 import json
@@ -108,12 +108,40 @@ class Phase(BaseModel):
     rope_scaling: RopeScaling | None = None
 
 
+class BatchRamp(BaseModel):
+    """Grow the global batch over the run's first `tokens` tokens, from `start` of it to all of it by doublings
+    (GPT-3 grew its batch over the first 4-12B tokens; OLMo 2 and DeepSeek-V3 ramp too): the tokens are split evenly
+    over the smaller batches, each trains whole steps, and the full batch follows. Step boundaries come from token
+    counts alone, so the same run on any rank count (that divides the smallest batch) draws the same sequences."""
+
+    model_config = ConfigDict(extra="forbid")
+    start: float = Field(gt=0, lt=1, description="the first batch as a share of the full one: 1/2, 1/4, 1/8, ...")
+    tokens: int = Field(gt=0, description="tokens over which the batch grows to full")
+
+    @model_validator(mode="after")
+    def start_is_a_halving(self):
+        halvings = math.log2(1 / self.start)
+        if not math.isclose(halvings, round(halvings)):
+            raise ValueError(f"batch_ramp.start {self.start:g} is not 1/2, 1/4, 1/8, ... (the batch grows by doublings)")
+        return self
+
+    def stages(self, shape: "PhaseShape") -> list[tuple[int, int]]:
+        """(first step, batch divisor) of each smaller batch, then (the ramp's last step + 1, 1)."""
+        halvings = round(math.log2(1 / self.start))
+        starts, step = [], 0
+        for divisor in (2**k for k in range(halvings, 0, -1)):
+            starts.append((step, divisor))
+            step += -(-self.tokens // halvings // (shape.seq_len * (shape.global_batch // divisor)))
+        return starts + [(step, 1)]
+
+
 class Mixture(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     tokenizer: str | None = Field(None, description="tokenizer.json; default: the one beside the first source's shards")
     sources: dict[str, SourceSpec] = Field(min_length=1)
     phases: list[Phase] = Field(default_factory=list)
+    batch_ramp: BatchRamp | None = Field(None, description="grow the first phase's global batch over its first tokens")
 
     @model_validator(mode="after")
     def phases_name_known_sources(self):
@@ -161,22 +189,38 @@ class Mixture(BaseModel):
             shapes.append(current)
         return shapes
 
+    def ramp_stages(self, base: PhaseShape) -> list[tuple[int, int]]:
+        """(first step, batch divisor) of the batch ramp's stages, ending with (its end, 1); [(0, 1)] without one."""
+        return self.batch_ramp.stages(self.shapes(base)[0]) if self.batch_ramp else [(0, 1)]
+
+    def step_shape(self, shape: PhaseShape, step: int, stages: list[tuple[int, int]]) -> PhaseShape:
+        """`shape` (the step's phase's) with the global batch the ramp gives step `step`."""
+        divisor = next(d for first, d in reversed(stages) if first <= step)
+        return shape if divisor == 1 else replace(shape, global_batch=shape.global_batch // divisor)
+
     def phase_start_steps(self, total_steps: int, base: PhaseShape) -> list[int]:
         """The step at which each phase begins. A phase ends once the tokens trained reach the nominal token count
         at which the next begins (`phase_starts` of steps x the base tokens per step), each step counting its own
-        phase's tokens, so a longer-context phase reaches its budget in fewer steps."""
+        phase's tokens (and the batch ramp's), so a longer-context phase reaches its budget in fewer steps."""
         nominal = self.phase_starts(total_steps * base.tokens_per_step)
+        stages, ramp_end = self.ramp_stages(base), self.ramp_stages(base)[-1][0]
         starts, step, done = [0], 0, 0
         for shape, end in zip(self.shapes(base), nominal[1:]):
+            while step < ramp_end and done < end:  # the ramp's steps one by one, then whole runs of full steps
+                done += self.step_shape(shape, step, stages).tokens_per_step
+                step += 1
             steps = max(0, -(-(end - done) // shape.tokens_per_step))
             step, done = step + steps, done + steps * shape.tokens_per_step
             starts.append(step)
         return starts
 
     def scheduled_phase_tokens(self, total_steps: int, base: PhaseShape) -> list[int]:
-        """Tokens each phase trains on in a run of `total_steps`, at its own sequence length and batch."""
+        """Tokens each phase trains on in a run of `total_steps`, at its own sequence length and batch (ramped)."""
         starts = [min(start, total_steps) for start in self.phase_start_steps(total_steps, base)] + [total_steps]
-        return [(end - start) * shape.tokens_per_step for shape, start, end in zip(self.shapes(base), starts, starts[1:])]
+        stages = self.ramp_stages(base)
+        return [sum(self.step_shape(shape, step, stages).tokens_per_step for step in range(start, min(end, stages[-1][0])))
+                + max(0, end - max(start, stages[-1][0])) * shape.tokens_per_step
+                for shape, start, end in zip(self.shapes(base), starts, starts[1:])]  # fmt: skip
 
     def source_names(self) -> list[str]:
         return list(self.sources)

@@ -1,4 +1,5 @@
-"""A Llama-style decoder: RMSNorm, RoPE, SwiGLU, grouped-query attention, tied or untied embeddings, optional QK-norm."""
+"""A Llama-style decoder: RMSNorm, RoPE, SwiGLU, grouped-query attention, tied or untied embeddings, optional QK-norm,
+and optionally mixture-of-experts feed-forwards (training.moe)."""
 
 from dataclasses import dataclass
 
@@ -7,6 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from training.attention import _sdpa
+from training.moe import MoEConfig, MoEFeedForward
 from training.rope import rope_tables
 
 
@@ -25,16 +27,44 @@ class ModelConfig:
     tie_embeddings: bool = True
     qk_norm: bool = False  # RMSNorm over each head's queries and keys before RoPE (as Qwen 3)
     init_std: float | None = 0.02  # std of every matrix's normal init; None: 1 / sqrt(fan_in) (embeddings: 1 / sqrt(dim))
+    # mixture of experts (training.moe): 0 experts is a dense model
+    moe_experts: int = 0
+    moe_top_k: int = 2
+    moe_hidden: int = 0  # each routed expert's SwiGLU width; 0: ffn_hidden
+    moe_shared: int = 0  # always-on shared experts of moe_hidden each (DeepSeek's)
+    moe_score: str = "softmax"  # router scores: softmax (Switch, Mixtral, OLMoE) or sigmoid (DeepSeek-V3)
+    moe_bias_balancing: bool = False  # DeepSeek-V3's auxiliary-loss-free balancing of the selection
+    moe_dense_layers: int = 0  # the first layers keep a dense feed-forward (DeepSeek-V3: 3)
 
     def __post_init__(self):
         if self.dim % self.n_heads or self.n_heads % self.n_kv_heads:
             raise ValueError(f"dim {self.dim} / n_heads {self.n_heads} / n_kv_heads {self.n_kv_heads} do not divide")
         if self.init_std is not None and not self.init_std > 0:
             raise ValueError(f"init_std {self.init_std} must be above 0 (or none: 1 / sqrt(fan_in))")
+        if self.moe_experts < 0 or self.moe_shared < 0 or self.moe_hidden < 0 or self.moe_dense_layers < 0:
+            raise ValueError("moe_experts, moe_shared, moe_hidden and moe_dense_layers are 0 or more")
+        if self.moe_experts and not 1 <= self.moe_top_k <= self.moe_experts:
+            raise ValueError(f"moe_top_k {self.moe_top_k} must be between 1 and moe_experts {self.moe_experts}")
+        if self.moe_score not in ("softmax", "sigmoid"):
+            raise ValueError(f"moe_score is softmax or sigmoid, not {self.moe_score!r}")
 
     @property
     def head_dim(self) -> int:
         return self.dim // self.n_heads
+
+    @property
+    def moe(self) -> MoEConfig | None:
+        if not self.moe_experts:
+            return None
+        return MoEConfig(self.moe_experts, self.moe_top_k, self.moe_hidden or self.ffn_hidden, self.moe_shared,
+                         self.moe_score, self.moe_bias_balancing)  # fmt: skip
+
+    def is_moe(self, layer: int) -> bool:
+        return bool(self.moe_experts) and layer >= self.moe_dense_layers
+
+    @property
+    def moe_layers(self) -> int:
+        return sum(self.is_moe(layer) for layer in range(self.n_layers))
 
 
 MODEL_CONFIGS = {
@@ -46,6 +76,13 @@ MODEL_CONFIGS = {
                       tie_embeddings=False),
     "70b": ModelConfig(dim=8192, n_layers=80, n_heads=64, n_kv_heads=8, ffn_hidden=28672, max_seq_len=4096, vocab_size=32000,
                        tie_embeddings=False),
+    # mixtures of experts: the tiny model's shapes with 8 experts of 224, 2 routed + 1 shared active (3 x 224 = 672,
+    # about the dense tiny model's 688 of FFN per token); and OLMoE-1B-7B's shapes (64 experts of 1,024, top 8: 1.3B
+    # of 6.9B active) for `train plan` and GPUs
+    "tiny-moe": ModelConfig(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_hidden=688, max_seq_len=256, moe_experts=8,
+                            moe_top_k=2, moe_hidden=224, moe_shared=1),
+    "moe-7b-a1b": ModelConfig(dim=2048, n_layers=16, n_heads=16, n_kv_heads=16, ffn_hidden=1024, max_seq_len=4096,
+                              vocab_size=50304, tie_embeddings=False, qk_norm=True, moe_experts=64, moe_top_k=8),
 }
 
 
@@ -94,12 +131,12 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, layer: int):
         super().__init__()
         self.attention_norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
         self.attention = Attention(config)
         self.ffn_norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
-        self.feed_forward = FeedForward(config)
+        self.feed_forward = MoEFeedForward(config.dim, config.moe) if config.is_moe(layer) else FeedForward(config)
 
     def forward(self, x, cos, sin):
         x = x + self.attention(self.attention_norm(x), cos, sin)
@@ -115,7 +152,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = config
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
-        self.layers = nn.ModuleDict({str(i): Block(config) for i in range(config.n_layers)})
+        self.layers = nn.ModuleDict({str(i): Block(config, i) for i in range(config.n_layers)})
         self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
         self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
         if config.tie_embeddings:
@@ -131,26 +168,34 @@ class Transformer(nn.Module):
         device = self.rope_cos.device
         self.rope_cos, self.rope_sin = rope_tables(self.config.head_dim, self.config.max_seq_len, theta, scaling, device)
 
-    def init_weights(self, device: torch.device | None = None) -> None:
-        """Materialize a model built on the meta device (buffers included) and initialize it."""
+    def init_weights(self, device: torch.device | None = None, buffer_device: torch.device | None = None) -> None:
+        """Materialize a model built on the meta device (buffers included) and initialize it; `buffer_device`: where the
+        buffers go when the parameters stay elsewhere (on the CPU, offloaded)."""
         if device is not None:
             self.to_empty(device=device)
+        if buffer_device is not None:
+            for module in self.modules():
+                for name, buffer in module.named_buffers(recurse=False):
+                    setattr(module, name, buffer.to(buffer_device))
         self.set_rope(self.config.rope_theta, self.config.rope_scaling)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Normal weights, the residual outputs (wo, w2) scaled down by sqrt(2 * layers) (GPT-2). A fixed std of 0.02
-        suits widths near 768; at the cpu ladder's widths (16-64) it starts every matrix far smaller than its fan-in
-        gives, which `init_std: none` follows."""
+        """Normal weights, the residual outputs (wo, w2, experts' w2) scaled down by sqrt(2 * layers) (GPT-2). A
+        fixed std of 0.02 suits widths near 768; at the cpu ladder's widths (16-64) it starts every matrix far smaller
+        than its fan-in gives, which `init_std: none` follows. Experts' stacked weights are (experts, in, out)."""
         for name, param in self.named_parameters():
-            if param.dim() == 2:
-                std = self.config.init_std or param.shape[1] ** -0.5  # embeddings too: (vocab, dim)
-                if name.endswith(("wo.weight", "w2.weight")):
+            if param.dim() >= 2:
+                fan_in = param.shape[1] if param.dim() == 2 else param.shape[-2]  # embeddings too: (vocab, dim)
+                std = self.config.init_std or fan_in**-0.5
+                if name.endswith(("wo.weight", "w2.weight", ".w2")):
                     std /= (2 * self.config.n_layers) ** 0.5
                 nn.init.normal_(param, mean=0.0, std=std)
         for module in self.modules():
             if isinstance(module, nn.RMSNorm):
                 module.reset_parameters()
+            elif isinstance(module, MoEFeedForward):
+                module.expert_bias.zero_()
 
     def set_attention(self, attend) -> None:
         for block in self.layers.values():
@@ -164,13 +209,23 @@ class Transformer(nn.Module):
             x = block(x, self.rope_cos, self.rope_sin)
         return self.output(self.norm(x)) if self.output is not None else x
 
-    def num_params(self, embeddings: bool = True) -> int:
+    def moe_layers(self) -> list[tuple[str, MoEFeedForward]]:
+        """(layer name, MoE feed-forward) of each MoE layer this model (or pipeline stage) holds."""
+        return [(name, module) for name, module in self.named_modules() if isinstance(module, MoEFeedForward)]
+
+    def num_params(self, embeddings: bool = True, active: bool = False) -> int:
+        """Parameters; `active`: those one token uses (an MoE layer's top_k routed experts of its num_experts)."""
         total = sum(p.numel() for p in self.parameters())
         if not embeddings and self.tok_embeddings is not None:
             total -= self.tok_embeddings.weight.numel()
+        if active:
+            for _, moe in self.moe_layers():
+                per_expert = sum(p[0].numel() for p in moe.experts.parameters())
+                total -= (moe.config.num_experts - moe.config.top_k) * per_expert
         return total
 
 
 def flops_per_token(config: ModelConfig, num_params: int, seq_len: int) -> float:
-    """Training FLOPs per token: 6N for the matmuls plus 12 * layers * dim * seq_len for attention (PaLM, appendix B)."""
+    """Training FLOPs per token: 6N for the matmuls plus 12 * layers * dim * seq_len for attention (PaLM, appendix B).
+    For a mixture of experts N is the active parameter count (`num_params(active=True)`)."""
     return 6 * num_params + 12 * config.n_layers * config.dim * seq_len

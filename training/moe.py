@@ -7,13 +7,21 @@ else is in its batch (so the same model would give other losses on 1 rank and un
 resumed run other losses than an uninterrupted one); on the sizes this project trains, the uneven expert batches that
 dropless dispatch gives cost less than that. Tokens are sorted by expert and each expert runs on its contiguous slice
 (a loop over experts: torch's grouped GEMM is still a private op).
+
+Expert parallelism (`parallelize.apply_ep`): each of `ep` ranks holds num_experts / ep experts (their stacked
+weights a DTensor sharded by expert), a token's hidden state travels by all-to-all to the rank of each expert it
+chose and its output travels back (torch.distributed.nn's differentiable all_to_all_single); the router, the shared
+experts and everything outside the layer stay data-parallel.
 """
 
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
+import torch.distributed.nn.functional as collectives
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 
 @dataclass(frozen=True)
@@ -56,11 +64,12 @@ class Experts(nn.Module):
             nn.init.normal_(weight, std=weight.shape[1] ** -0.5)  # 1 / sqrt(fan_in), as the dense layers
 
     def forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
-        """`x` holds each expert's tokens in turn, `counts[e]` of them for expert e."""
+        """`x` holds each (local) expert's tokens in turn, `counts[e]` of them for expert e."""
+        w1, w3, w2 = (w.to_local() if isinstance(w, DTensor) else w for w in (self.w1, self.w3, self.w2))
         outputs, start = [], 0
         for expert, count in enumerate(counts):
             rows = x[start : start + count]
-            outputs.append((F.silu(rows @ self.w1[expert]) * (rows @ self.w3[expert])) @ self.w2[expert])
+            outputs.append((F.silu(rows @ w1[expert]) * (rows @ w3[expert])) @ w2[expert])
             start += count
         return torch.cat(outputs) if outputs else x[:0]
 
@@ -75,6 +84,7 @@ class MoEFeedForward(nn.Module):
         # the selection bias of auxiliary-loss-free balancing: a buffer, moved by `balance_bias`, never by gradients
         self.register_buffer("expert_bias", torch.zeros(config.num_experts), persistent=True)
         self.stats: RoutingStats | None = None
+        self.ep_group: dist.ProcessGroup | None = None  # set by parallelize.apply_ep
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(each token's top-k experts, their gate weights, the router logits) for tokens `x` of shape (tokens, dim)."""
@@ -94,7 +104,8 @@ class MoEFeedForward(nn.Module):
         flat = chosen.reshape(-1)
         order = flat.argsort(stable=True)  # the (token, slot) assignments grouped by expert
         counts = torch.bincount(flat, minlength=self.config.num_experts)
-        expert_out = self.experts(tokens[order // self.config.top_k], counts.tolist())
+        routed = tokens[order // self.config.top_k]
+        expert_out = self.experts(routed, counts.tolist()) if self.ep_group is None else self.exchange(routed, counts)
         weighted = expert_out * gates.reshape(-1)[order, None].to(expert_out.dtype)
         out = torch.zeros_like(tokens).index_add_(0, order // self.config.top_k, weighted.to(tokens.dtype))
         if self.shared is not None:
@@ -102,12 +113,39 @@ class MoEFeedForward(nn.Module):
         self.stats = routing_stats(logits, chosen, counts, self.config)
         return out.reshape(shape)
 
+    def exchange(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """Expert parallelism: `routed` (this rank's assignments sorted by expert, `counts` per expert) to the ranks
+        holding their experts, through those experts, and back in the same order."""
+        ranks = dist.get_world_size(self.ep_group)
+        local = self.config.num_experts // ranks
+        received = torch.empty_like(counts)
+        dist.all_to_all_single(received, counts, group=self.ep_group)  # received[s * local + j]: rank s's, our expert j
+        received = received.view(ranks, local)
+        send_splits, receive_splits = counts.view(ranks, local).sum(1).tolist(), received.sum(1).tolist()
+        arrived = collectives.all_to_all_single(routed.new_empty(sum(receive_splits), routed.shape[1]), routed,
+                                                receive_splits, send_splits, group=self.ep_group)  # fmt: skip
+        by_expert = _source_to_expert_order(received)  # arrived: by source rank, then expert; the experts want expert first
+        out = self.experts(arrived[by_expert], received.sum(0).tolist())
+        out = out.new_empty(out.shape).index_copy(0, by_expert, out)
+        return collectives.all_to_all_single(routed.new_empty(routed.shape), out, send_splits, receive_splits,
+                                             group=self.ep_group)  # fmt: skip
+
     @torch.no_grad()
-    def balance_bias(self, rate: float) -> None:
-        """DeepSeek-V3's update after a step: raise the bias of experts below the mean load, lower those above."""
-        if self.stats is not None:
-            load = self.stats.tokens_per_expert.float()
-            self.expert_bias += rate * torch.sign(load.mean() - load)
+    def balance_bias(self, load: torch.Tensor, rate: float) -> None:
+        """DeepSeek-V3's update after a step: raise the bias of experts below the mean `load` (the step's tokens per
+        expert, summed over every rank so that each rank moves its copy alike), lower those above."""
+        load = load.to(self.expert_bias.device, torch.float32)
+        self.expert_bias += rate * torch.sign(load.mean() - load)
+
+
+def _source_to_expert_order(counts: torch.Tensor) -> torch.Tensor:
+    """The rows of segments laid out by (source, expert), `counts[s, e]` rows each, in (expert, source) order."""
+    sizes = counts.flatten()
+    starts = sizes.cumsum(0) - sizes  # where each (source, expert) segment begins
+    new_sizes = counts.t().flatten()
+    new_starts = new_sizes.cumsum(0) - new_sizes
+    shift = starts.view(counts.shape).t().flatten() - new_starts
+    return torch.arange(int(sizes.sum()), device=counts.device) + torch.repeat_interleave(shift, new_sizes)
 
 
 def routing_stats(logits: torch.Tensor, chosen: torch.Tensor, counts: torch.Tensor, config: MoEConfig) -> RoutingStats:

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from training import checkpoint, fp8, storage
+from training import checkpoint, fp8, optimizer as optimizers, storage
 from training.attention import choose_attention
 from training.config import TrainConfig
 from training.data import MixtureLoader, ValidationSet, read_sources
@@ -52,13 +52,6 @@ def _quiet_layout_notes() -> None:
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
 
 
-def _optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2), foreach=True)
-
-
 def _accumulate(sums: torch.Tensor, width: int, token_loss: torch.Tensor, sources: torch.Tensor) -> None:
     """Add a micro-batch's loss sums and token counts per source into `sums` ([losses | counts], `width` each)."""
     sums[:width].index_add_(0, sources, token_loss.sum(dim=1).double())
@@ -71,12 +64,21 @@ def _token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 class Objective:
-    """The loss a micro-batch's backward starts from (mean token loss, plus PaLM's z-loss when weighted), keeping
-    each call's per-token losses and z-loss sum for the step's accounting; called by the trainer, or by the pipeline
-    schedule on the last stage."""
+    """The loss a micro-batch's backward starts from (mean token loss, plus PaLM's z-loss when weighted, plus the MoE
+    layers' load-balancing and router z-losses), keeping each call's per-token losses and z-loss sum, and the step's
+    router statistics, for the step's accounting; called by the trainer, or by the pipeline schedule on the last stage
+    (right after the forward whose routers it reads)."""
 
-    def __init__(self, z_loss: float):
+    def __init__(self, z_loss: float, moe_layers: list | None = None, balance: float = 0.0, router_z: float = 0.0):
         self.z_loss, self.calls = z_loss, []
+        self.moe_layers, self.balance, self.router_z = moe_layers or [], balance, router_z
+        self.router = None  # per MoE layer: [balance loss sum, router z-loss sum, micro-batches, tokens per expert...]
+
+    def reset(self, device: torch.device) -> None:
+        self.calls = []
+        if self.moe_layers:
+            experts = self.moe_layers[0][1].config.num_experts
+            self.router = torch.zeros(len(self.moe_layers), 3 + experts, dtype=torch.float64, device=device)
 
     def __call__(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         token_loss = _token_loss(logits, targets)
@@ -85,6 +87,12 @@ class Objective:
             log_z_squared = torch.logsumexp(logits.float(), dim=-1).pow(2)
             objective = objective + self.z_loss * log_z_squared.mean()
             z_sum = log_z_squared.detach().sum().double()
+        for index, (_, moe) in enumerate(self.moe_layers):
+            stats = moe.stats
+            objective = objective + self.balance * stats.balance_loss + self.router_z * stats.z_loss
+            self.router[index, :2] += torch.stack([stats.balance_loss.detach(), stats.z_loss.detach()]).double()
+            self.router[index, 2] += 1
+            self.router[index, 3:] += stats.tokens_per_expert.double()
         self.calls.append((token_loss.detach(), z_sum))
         return objective
 
@@ -95,7 +103,7 @@ def forward_backward(model, pipeline: "Pipeline | None", batches, sources: int, 
     default as many as the loader's). Returns, summed over all ranks, the per-source loss sums, the per-source token
     counts and the z-loss sum; and this data-parallel rank's mean loss per sequence, in plan order (zeros on the ranks
     that do not own the loss)."""
-    objective.calls = []
+    objective.reset(device)
     count = meshes.layout.pp_microbatches or len(batches)
     if pipeline:
         pipeline.step(torch.cat([b.inputs for b in batches]), torch.cat([b.targets for b in batches]), count)
@@ -111,6 +119,8 @@ def forward_backward(model, pipeline: "Pipeline | None", batches, sources: int, 
         sums[-1] += sum(z_sum for _, z_sum in calls)
         per_sequence = token_loss.mean(dim=1)
     dist.all_reduce(sums)
+    if objective.router is not None:
+        dist.all_reduce(objective.router)  # the step's expert loads over every data-parallel rank
     return sums, per_sequence
 
 
@@ -120,15 +130,23 @@ def _logits(model, pipeline: "Pipeline | None", inputs: torch.Tensor, device: to
 
 def optimizer_step(model, optimizer, clip: float, apply: bool, meshes: Meshes) -> torch.Tensor:
     """Clip and step (or, for a skipped spike, drop the gradients); returns the gradient norm before clipping, over
-    the whole model (a pipeline stage's norm joined with the other stages')."""
-    parameters = [p for p in model.parameters() if p.grad is not None]
-    grad_norm = torch.nn.utils.get_total_norm([p.grad for p in parameters], foreach=True)
-    grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+    the whole model (a pipeline stage's norm joined with the other stages'). Gradients on different device meshes
+    (dense parameters', experts' under expert parallelism) are normed and clipped apart: DTensor ops stay on one mesh."""
+    by_mesh: dict = {}
+    for p in model.parameters():
+        if p.grad is not None:
+            by_mesh.setdefault(getattr(p.grad, "device_mesh", None), []).append(p)
+    norms = []
+    for parameters in by_mesh.values():
+        norm = torch.nn.utils.get_total_norm([p.grad for p in parameters], foreach=True)
+        norms.append(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+    grad_norm = torch.stack(norms).norm() if len(norms) > 1 else norms[0]
     if meshes.layout.pp > 1:
         grad_norm = grad_norm.pow(2)
         dist.all_reduce(grad_norm, group=meshes.pp.get_group())
         grad_norm = grad_norm.sqrt()
-    torch.nn.utils.clip_grads_with_norm_(parameters, clip, grad_norm, foreach=True)
+    for parameters in by_mesh.values():
+        torch.nn.utils.clip_grads_with_norm_(parameters, clip, grad_norm, foreach=True)
     if apply:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -188,16 +206,20 @@ class StepLog:
         self.world, self.model_config, self.num_params, self.peak, self.device = world, model_config, num_params, peak, device
         self.writer, self.line = MetricsWriter(out), ProgressLine(config.steps, start)
         self.timer, self.tokens = time.perf_counter(), 0
+        self.collapsed: set[str] = set()  # MoE layers already warned about
 
     def event(self, record: dict, message: str) -> None:
         self.writer.event(record)
         self.line.print(f"[yellow]{message}[/]")
 
     def __call__(self, done: int, loss: float, verdict: str | None, sums: torch.Tensor, grad_norm: torch.Tensor, lr: float,
-                 validation: torch.Tensor | None, eval_seconds: float) -> None:  # fmt: skip
+                 validation: torch.Tensor | None, eval_seconds: float, router: torch.Tensor | None = None) -> None:  # fmt: skip
         config, loader, names = self.config, self.loader, self.loader.names
-        shape = loader.shapes[loader.phase]
+        shape = loader.last_shape
         self.tokens += shape.tokens_per_step
+        experts = router_record(router, self.model_config) if router is not None else None
+        if experts and done > config.warmup:  # a router at its random start is not yet a collapsed one
+            self.warn_collapsed(done, experts)
         if config.lineage_every and done % config.lineage_every == 0 and not verdict:
             with open(self.out / LINEAGE_FILE, "a") as handle:
                 handle.write(json.dumps({"step": done, "loss": loss, "sequences": loader.last_step_documents()}) + "\n")
@@ -227,6 +249,8 @@ class StepLog:
         }
         if config.z_loss:
             record["z_loss"] = (sums[-1] / counts.sum()).item()
+        if experts:
+            record["moe"] = experts
         validation_text = ""
         if validation is not None:
             held = validation[len(names) :]
@@ -241,9 +265,36 @@ class StepLog:
                         f"grad {record['grad_norm']:.3f}  {tokens_per_s:,.0f} tok/s  MFU {mfu}")  # fmt: skip
         self.timer, self.tokens = time.perf_counter(), 0
 
+    def warn_collapsed(self, done: int, experts: dict) -> None:
+        """One line (and an event) the first time a layer's router has collapsed: its busiest expert took over half the
+        tokens and three times a fair share (top_k / experts)."""
+        fair = self.model_config.moe_top_k / self.model_config.moe_experts
+        for layer, share in experts["busiest_share"].items():
+            if share > min(1.0, max(0.5, 3 * fair)) and layer not in self.collapsed:
+                self.collapsed.add(layer)
+                self.event({"step": done, "event": "collapsed router", "layer": layer, "busiest_share": share},
+                           f"step {done}: MoE layer {layer}'s router sends {share:.0%} of tokens to one expert (a fair "
+                           f"share is {fair:.0%}): raise moe_balance_loss or use moe_bias_balancing")  # fmt: skip
+
     def close(self) -> None:
         self.writer.close()
         self.line.close()
+
+
+def router_record(router: torch.Tensor, model_config) -> dict:
+    """The step's MoE metrics from the objective's per-layer sums (all ranks'): mean balancing and router z-losses,
+    tokens per expert, each layer's max/mean load and the share of tokens its busiest expert took."""
+    router = router.cpu()
+    calls, load = router[:, 2].clamp(min=1), router[:, 3:]
+    layers = [str(layer) for layer in range(model_config.n_layers) if model_config.is_moe(layer)]
+    tokens = load.sum(1) / model_config.moe_top_k
+    return {
+        "balance_loss": (router[:, 0] / calls).mean().item(),
+        "router_z_loss": (router[:, 1] / calls).mean().item(),
+        "tokens_per_expert": {layer: row.long().tolist() for layer, row in zip(layers, load)},
+        "max_over_mean_load": {layer: (row.max() / row.mean()).item() for layer, row in zip(layers, load) if row.sum() > 0},
+        "busiest_share": {layer: (row.max() / n).item() for layer, row, n in zip(layers, load, tokens) if n > 0},
+    }
 
 
 def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> None:
@@ -268,20 +319,26 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
         model = Transformer(model_config)
     attention_name, attend = choose_attention(device, param_dtype, config.attention)
     model.set_attention(attend)
-    num_params = model.num_params()
+    num_params, active_params = model.num_params(), model.num_params(active=True)  # FLOPs and MFU count the active
     layout.check_model(model_config)
     fp8.convert(model, config.fp8, device)
     if layout.pp > 1:
         from training.pipeline import Pipeline, split
 
         split(model, meshes.pp.get_local_rank(), layout.pp)
-    parallelize(model, meshes.tp, meshes.fsdp, param_dtype, config.activation_checkpointing, config.compile)
+    parallelize(model, meshes.tp, meshes.fsdp, param_dtype, config.activation_checkpointing, config.compile, config.offload,
+                meshes.experts)
     if device.type == "cuda":
-        with torch.no_grad():
-            model.init_weights(device)
-    optimizer = _optimizer(model, config)
+        with torch.no_grad():  # offloaded parameters stay in host memory; the buffers (RoPE tables) go to the GPU
+            if config.offload:
+                model.init_weights(torch.device("cpu"), buffer_device=device)
+            else:
+                model.init_weights(device)
+    optimizer = optimizers.build(model, config.optimizer, config.lr, config.weight_decay, (config.beta1, config.beta2),
+                                 config.muon_momentum)  # fmt: skip
     shards = read_sources(mixture)  # read once for the training streams and the held-out slice
-    objective = Objective(config.z_loss)
+    moe_layers = model.moe_layers()
+    objective = Objective(config.z_loss, moe_layers, config.moe_balance_loss, config.moe_router_z_loss)
     pipeline = Pipeline(model, meshes, device, param_dtype, objective) if layout.pp > 1 else None
     loader = MixtureLoader(mixture, config.seq_len, config.global_batch, config.micro_batch, dp_rank, dp_world, config.seed, eos_id,
                            total_steps=config.steps, rope_theta=base.rope_theta, shards=shards,
@@ -302,8 +359,9 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
     device_name, peak = peak_flops(device)
     if rank == 0:
         keep_through(out, start)
-        log.info(f"model {config.model}: {num_params / 1e6:.2f}M params, "
-                 f"{flops_per_token(model_config, num_params, config.seq_len) / 1e6:.1f} MFLOP/token; "
+        active = f" ({active_params / 1e6:.2f}M active)" if active_params != num_params else ""
+        log.info(f"model {config.model}: {num_params / 1e6:.2f}M params{active}, "
+                 f"{flops_per_token(model_config, active_params, config.seq_len) / 1e6:.1f} MFLOP/token; "
                  f"attention {attention_name}; {world} rank(s) on {device_name} ({'NCCL' if device.type == 'cuda' else 'gloo'}), "
                  f"{layout.describe()}; "
                  f"params {param_dtype}; grad accumulation {loader.grad_accum}"
@@ -312,12 +370,15 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
             if shape != base or len(shapes) > 1:
                 log.info(f"phase {phase.name}: from step {first}, seq_len {shape.seq_len}, {shape.tokens_per_step:,} tokens/step, "
                          f"RoPE {shape.rope}")  # fmt: skip
+        if mixture.batch_ramp:
+            log.info("batch ramp: global batch " + ", ".join(f"{shapes[0].global_batch // divisor} from step {first}"
+                                                             for first, divisor in loader.ramp))  # fmt: skip
         if validation:
             missing = validation.missing(max(shape.seq_len for shape in shapes))
             if missing:
                 log.info(f"validation: {missing} hold out less than one sequence: tokenize with --validation-fraction or "
                          "name validation_paths in the mixture")  # fmt: skip
-    step_log = StepLog(config, mixture, loader, out, start, world, model_config, num_params, peak, device) if rank == 0 else None
+    step_log = StepLog(config, mixture, loader, out, start, world, model_config, active_params, peak, device) if rank == 0 else None
     spikes = SpikeDetector(config.spike_sigma)
     rewound: set[int] = set()
     n, step = len(loader.names), start
@@ -337,6 +398,9 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
         latest = checkpoint.latest(out / "checkpoints") if verdict and config.spike_policy == "rewind" else None
         action = spike_action(config.spike_policy, verdict, latest, done in rewound)
         grad_norm = optimizer_step(model, optimizer, config.clip, action in (None, LOGGED), meshes)
+        if action in (None, LOGGED) and model.config.moe_bias_balancing:
+            for (_, moe), row in zip(moe_layers, objective.router):
+                moe.balance_bias(row[3:], config.moe_bias_rate)
         if verdict:
             documents = offending_documents(loader, per_sequence, threshold, meshes)
             if step_log:
@@ -362,7 +426,7 @@ def train(config: TrainConfig, mixture: Mixture, out: Path, resume: bool) -> Non
             scores = evaluate(model, pipeline, batches, n, device, meshes) if batches else None
             eval_seconds = time.perf_counter() - began
         if step_log:
-            step_log(done, loss, verdict, sums, grad_norm, lr, scores, eval_seconds)
+            step_log(done, loss, verdict, sums, grad_norm, lr, scores, eval_seconds, objective.router)
         if done % config.checkpoint_every == 0 or done == config.steps:
             train_state = {"data": loader.state_dict(), "rope": {"theta": model.config.rope_theta, "scaling": model.config.rope_scaling}}
             if validation:
