@@ -40,8 +40,9 @@ def loss_sums(model, documents: list[list[int]], eos_id: int, seq_len: int, batc
             inputs[row, : len(window) - 1] = torch.tensor(window[:-1])
             targets[row, : len(window) - 1] = torch.tensor(window[1:])
         logits = model(inputs).float()
-        losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, ignore_index=-100, reduction="none")
-        np.add.at(sums, [doc for doc, _ in chunk], losses.sum(dim=1).double().numpy())
+        losses = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100,
+                                                   reduction="none")  # flat: the (batch, vocab, time) layout is slow on CPU
+        np.add.at(sums, [doc for doc, _ in chunk], losses.view(len(chunk), width).sum(dim=1).double().numpy())
     return sums
 
 
