@@ -39,32 +39,54 @@ def wilson_interval(correct: int, total: int, z: float = 1.96) -> tuple[float, f
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-@torch.no_grad()
 def choice_log_likelihoods(model, tokenizer, context: str, choices: list[str]) -> list[float]:
-    """Summed log-probability of each choice's tokens after the context, all choices in one padded batch; a context
-    too long for the model loses its beginning."""
-    context_ids = tokenizer.encode(context).ids
-    continuations = [tokenizer.encode(" " + choice).ids or [0] for choice in choices]
+    """Summed log-probability of each choice's tokens after the context; a context too long for the model loses its
+    beginning."""
+    return many_choice_log_likelihoods(model, tokenizer, [(context, choices)])[0]
+
+
+@torch.no_grad()
+def many_choice_log_likelihoods(model, tokenizer, items: list[tuple[str, list[str]]], batch: int = 64) -> list[list[float]]:
+    """choice_log_likelihoods of many (context, choices) at once: every (item, choice) row, sorted by length, in
+    right-padded batches (a causal model's positions before the padding do not see it); the log-softmax is taken only
+    at the positions that predict a choice's tokens, and the output layer applied there only. One forward per batch,
+    not one per item."""
     limit = model.config.max_seq_len
-    rows = [(context_ids + ids)[-limit - 1 :] for ids in continuations]
-    width = max(len(row) for row in rows) - 1
-    inputs = torch.zeros(len(rows), width, dtype=torch.long)
-    for i, row in enumerate(rows):
-        inputs[i, : len(row) - 1] = torch.tensor(row[:-1])
-    log_probs = torch.log_softmax(model(inputs).float(), dim=-1)
-    sums = []
-    for i, (row, ids) in enumerate(zip(rows, continuations)):
-        count = min(len(ids), len(row) - 1)
-        positions = torch.arange(len(row) - 1 - count, len(row) - 1)
-        sums.append(float(log_probs[i, positions, torch.tensor(row[-count:])].sum()))
-    return sums
+    rows, counts, owners = [], [], []
+    for number, (context, choices) in enumerate(items):
+        context_ids = tokenizer.encode(context).ids
+        for choice in choices:
+            ids = tokenizer.encode(" " + choice).ids or [0]
+            row = (context_ids + ids)[-limit - 1 :]
+            rows.append(row)
+            counts.append(min(len(ids), len(row) - 1))
+            owners.append(number)
+    sums = torch.zeros(len(rows), dtype=torch.float64)
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+    for start in range(0, len(order), batch):
+        chunk = order[start : start + batch]
+        inputs = torch.zeros(len(chunk), max(len(rows[i]) for i in chunk) - 1, dtype=torch.long)
+        at_row, at_position, targets = [], [], []
+        for slot, i in enumerate(chunk):
+            row, count = rows[i], counts[i]
+            inputs[slot, : len(row) - 1] = torch.tensor(row[:-1])
+            at_row += [slot] * count
+            at_position += range(len(row) - 1 - count, len(row) - 1)
+            targets += row[-count:]
+        logits = model.output(model.norm(model.hidden(inputs)[torch.tensor(at_row), torch.tensor(at_position)])).float()
+        picked = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(targets)[:, None])[:, 0].double()
+        sums.index_add_(0, torch.tensor(chunk)[torch.tensor(at_row)], picked)
+    out: list[list[float]] = [[] for _ in items]
+    for owner, value in zip(owners, sums.tolist()):
+        out[owner].append(value)
+    return out
 
 
 def score(model, tokenizer, items) -> ChoiceScores:
     """Accuracy over items that have `context`, `choices` and `answer` (an index), e.g. curate's benchmark items."""
     item_correct, gold_per_char, correct_norm = [], [], 0
-    for item in items:
-        sums = choice_log_likelihoods(model, tokenizer, item.context, item.choices)
+    every_sums = many_choice_log_likelihoods(model, tokenizer, [(item.context, item.choices) for item in items])
+    for item, sums in zip(items, every_sums):
         gold_per_char.append(sums[item.answer] / max(1, len(" " + item.choices[item.answer])))
         per_byte = [s / max(1, len(choice.encode("utf-8"))) for s, choice in zip(sums, item.choices)]
         item_correct.append(int(max(range(len(sums)), key=sums.__getitem__) == item.answer))

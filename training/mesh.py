@@ -51,3 +51,12 @@ def build(layout: Parallelism, device_type: str) -> Meshes:
     dp = world["dp_replicate", "dp_shard"]._flatten("dp")
     fsdp = world["dp_replicate", "dp_shard"] if layout.dp_replicate > 1 else world["dp_shard"]
     return Meshes(layout, world, dp, fsdp, experts)
+
+
+def by_device_mesh(params, of=lambda p: p) -> dict:
+    """Parameters grouped by the device mesh of `of(p)` (None: a plain tensor): one foreach op or norm takes DTensors
+    of one mesh only, and under expert parallelism the experts' mesh differs from the dense parameters'."""
+    groups: dict = {}
+    for p in params:
+        groups.setdefault(getattr(of(p), "device_mesh", None), []).append(p)
+    return groups

@@ -207,7 +207,7 @@ class Mixture(BaseModel):
         starts, step, done = [0], 0, 0
         for shape, end in zip(self.shapes(base), nominal[1:]):
             while step < ramp_end and done < end:  # the ramp's steps one by one, then whole runs of full steps
-                done += self.step_shape(shape, step, stages).tokens_per_step
+                done += self.steps_tokens(shape, step, step + 1, stages)
                 step += 1
             steps = max(0, -(-(end - done) // shape.tokens_per_step))
             step, done = step + steps, done + steps * shape.tokens_per_step
@@ -218,9 +218,13 @@ class Mixture(BaseModel):
         """Tokens each phase trains on in a run of `total_steps`, at its own sequence length and batch (ramped)."""
         starts = [min(start, total_steps) for start in self.phase_start_steps(total_steps, base)] + [total_steps]
         stages = self.ramp_stages(base)
-        return [sum(self.step_shape(shape, step, stages).tokens_per_step for step in range(start, min(end, stages[-1][0])))
-                + max(0, end - max(start, stages[-1][0])) * shape.tokens_per_step
-                for shape, start, end in zip(self.shapes(base), starts, starts[1:])]  # fmt: skip
+        return [self.steps_tokens(shape, start, end, stages) for shape, start, end in zip(self.shapes(base), starts, starts[1:])]
+
+    def steps_tokens(self, shape: PhaseShape, start: int, end: int, stages) -> int:
+        """Tokens of steps [start, end) of a phase of `shape`: the ramp's steps at their own batch, the rest full."""
+        ramp_end = stages[-1][0]
+        return (sum(self.step_shape(shape, step, stages).tokens_per_step for step in range(start, min(end, ramp_end)))
+                + max(0, end - max(start, ramp_end)) * shape.tokens_per_step)  # fmt: skip
 
     def source_names(self) -> list[str]:
         return list(self.sources)

@@ -204,10 +204,16 @@ class Transformer(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Token ids to logits; a pipeline stage without the embedding takes hidden states, one without the output
         returns them."""
+        x = self.hidden(tokens)
+        return self.output(self.norm(x)) if self.output is not None else x
+
+    def hidden(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The last block's output, before the final norm: scoring that needs the logits of a few positions only
+        applies `output(norm(.))` to those."""
         x = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
         for block in self.layers.values():
             x = block(x, self.rope_cos, self.rope_sin)
-        return self.output(self.norm(x)) if self.output is not None else x
+        return x
 
     def moe_layers(self) -> list[tuple[str, MoEFeedForward]]:
         """(layer name, MoE feed-forward) of each MoE layer this model (or pipeline stage) holds."""

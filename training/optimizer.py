@@ -14,6 +14,8 @@ needs, so every layout gives one rank's update (tests/test_optimizer.py; the cos
 import torch
 from torch import nn
 
+from training.mesh import by_device_mesh
+
 MUON_SKIPPED = ("tok_embeddings", "output", "router")  # AdamW's, as Moonlight keeps them
 
 
@@ -48,12 +50,14 @@ def build(model: nn.Module, kind: str, lr: float, weight_decay: float, betas: tu
     named = list(model.named_parameters())
     muon = [p for name, p in named if kind == "muon" and uses_muon(name, p)]
     taken = {id(p) for p in muon}
-    groups: dict = {}  # by weight decay and device mesh: a foreach op's DTensors share one mesh (experts' differs)
-    for _, p in named:
-        if id(p) not in taken:
-            key = (p.dim() >= 2, getattr(p, "device_mesh", None))
-            groups.setdefault(key, {"params": [], "weight_decay": weight_decay if key[0] else 0.0})["params"].append(p)
-    adamw = torch.optim.AdamW(list(groups.values()), lr=lr, betas=betas, foreach=True)
+    rest = [p for _, p in named if id(p) not in taken]
+    groups = []
+    for on_mesh in by_device_mesh(rest).values():
+        for decays in (True, False):
+            params = [p for p in on_mesh if (p.dim() >= 2) == decays]
+            if params:
+                groups.append({"params": params, "weight_decay": weight_decay if decays else 0.0})
+    adamw = torch.optim.AdamW(groups, lr=lr, betas=betas, foreach=True)
     if not muon:
         return adamw
     return Optimizers([torch.optim.Muon(muon, lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=True,

@@ -22,7 +22,7 @@ from training.data import MixtureLoader, ValidationSet, read_sources
 from training.export import write_model_config
 from training.metrics import LINEAGE_FILE, MetricsWriter, ProgressLine, SpikeDetector, keep_through, peak_flops, peak_memory_mb
 from training.mixture import Mixture
-from training.mesh import Meshes, build
+from training.mesh import Meshes, build, by_device_mesh
 from training.model import Transformer, flops_per_token
 from training.parallelize import parallelize
 from training.schedule import lr_at
@@ -132,10 +132,7 @@ def optimizer_step(model, optimizer, clip: float, apply: bool, meshes: Meshes) -
     """Clip and step (or, for a skipped spike, drop the gradients); returns the gradient norm before clipping, over
     the whole model (a pipeline stage's norm joined with the other stages'). Gradients on different device meshes
     (dense parameters', experts' under expert parallelism) are normed and clipped apart: DTensor ops stay on one mesh."""
-    by_mesh: dict = {}
-    for p in model.parameters():
-        if p.grad is not None:
-            by_mesh.setdefault(getattr(p.grad, "device_mesh", None), []).append(p)
+    by_mesh = by_device_mesh([p for p in model.parameters() if p.grad is not None], of=lambda p: p.grad)
     norms = []
     for parameters in by_mesh.values():
         norm = torch.nn.utils.get_total_norm([p.grad for p in parameters], foreach=True)
