@@ -16,7 +16,7 @@ from experiments.ablation_report import signed
 from curation.recipe import RecipeError, load_recipe
 from curation.sources import sample
 from filters.benchmark_index import BenchmarkSpec, ChoiceItem, load_choice_items
-from training.choices import choice_log_likelihoods, score, wilson_interval
+from training.choices import choice_log_likelihoods, many_choice_log_likelihoods, score, wilson_interval
 
 CURATE = [sys.executable, "-m", "experiments"]
 ENDINGS = ["the report was published on time", "purple elephants sing loudly", "it rained in the city all day"]
@@ -152,6 +152,18 @@ def test_choice_scores_are_the_log_likelihood_of_each_ending():
             log_probs = torch.log_softmax(model(ids[:, :-1]), dim=-1)[0]
         expected = sum(float(log_probs[len(context) - 1 + k, token]) for k, token in enumerate(continuation))
         assert got == pytest.approx(expected, abs=1e-4)
+
+
+def test_many_items_scored_in_shared_batches_equal_each_item_scored_alone():
+    """Rows of several items, sorted by length across items and cut into batches of 3, give each item's own sums."""
+    model, tokenizer = tiny_model_and_tokenizer()
+    model.eval()
+    items = [(CONTEXT, ENDINGS), ("A short one.", ENDINGS[:2]), (CONTEXT + " " + CONTEXT, list(reversed(ENDINGS)))]
+    together = many_choice_log_likelihoods(model, tokenizer, items, batch=3)
+    assert [len(sums) for sums in together] == [len(choices) for _, choices in items]
+    for (context, choices), sums in zip(items, together):
+        assert sums == pytest.approx(many_choice_log_likelihoods(model, tokenizer, [(context, choices)], batch=1)[0], abs=1e-4)
+        assert sums == pytest.approx(choice_log_likelihoods(model, tokenizer, context, choices), abs=1e-4)
 
 
 def test_accuracy_counts_known_answers_and_acc_norm_does_not_favour_short_endings():
