@@ -36,14 +36,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
@@ -51,7 +48,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.curate_vs_datatrove import DRIVER, role  # noqa: E402
+from benchmarks.curate_vs_datatrove import DRIVER, PeakByRole  # noqa: E402
 
 SHARED_SENTENCES = ROOT.parent / "shared" / "data" / "langid" / "sentences"
 ENGLISH_SHARE, EXACT_SHARE, NEAR_SHARE, SPAM_SHARE, NEAR_REPLACED = 0.60, 0.10, 0.10, 0.05, 0.10
@@ -228,41 +225,24 @@ def generate(folder: Path, pages: int, pages_per_file: int, seed: int, sentences
     return [path for path, _, _ in jobs]
 
 
-class RolePeaks:
-    """Each role's own peak RSS over a run (the driver, the largest worker, Ray's own processes together), from
-    samples of the command's process tree every `interval` seconds."""
+class RolePeaks(PeakByRole):
+    """Each role's own peak RSS over a run (the driver, the largest worker, Ray's own processes together), where
+    PeakByRole keeps the roles at the peak of their sum; the same samples of the command's process tree."""
 
     def __init__(self, pid: int, interval: float = 0.5):
-        self.pid, self.interval, self.samples = pid, interval, []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
+        self.maxima = {"driver": 0, "ray": 0, "worker": 0}
+        super().__init__(pid, interval)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
-            rss: dict[str, int] = defaultdict(int)
-            try:
-                root = psutil.Process(self.pid)
-                for process in [root, *root.children(recursive=True)]:
-                    try:
-                        rss[role(process, self.pid)] += process.memory_info().rss
-                    except psutil.Error:
-                        continue
-            except psutil.Error:
-                continue
-            self.samples.append(dict(rss))
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
+            rss, _ = self.sample()
+            workers = [value for name, value in rss.items() if name.startswith("worker")]
+            for key, value in (("driver", rss.get(DRIVER, 0)), ("worker", max(workers, default=0)),
+                               ("ray", sum(rss.values()) - rss.get(DRIVER, 0) - sum(workers))):  # fmt: skip
+                self.maxima[key] = max(self.maxima[key], value)
 
     def peaks(self) -> dict:
-        mib, driver, ray_own, workers = 2**20, 0, 0, 0
-        for rss in self.samples:
-            driver = max(driver, rss.get(DRIVER, 0))
-            ray_own = max(ray_own, sum(v for k, v in rss.items() if k != DRIVER and not k.startswith("worker")))
-            workers = max([workers, *(v for k, v in rss.items() if k.startswith("worker"))])
-        return {"driver_mib": round(driver / mib), "ray_mib": round(ray_own / mib), "worker_mib": round(workers / mib)}
+        return {f"{key}_mib": round(value / 2**20) for key, value in self.maxima.items()}
 
 
 def soak_recipe(path: Path, backend: str) -> Path:
