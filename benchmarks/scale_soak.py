@@ -16,8 +16,9 @@ real shape).
 
 Each size runs fineweb-snapshot (FineWeb's stages and MinHash, no model-based quality, PII scrub included) alone, as a
 subprocess, Ray start and stop included; printed per size: wall, pages/s, peak RSS of the driver, of each worker and of
-Ray's own processes (each role's own peak over the run, the dedup passes included), the dedup passes' seconds, the
-manifest's size, disk written per stage, and what Ray reported spilling. Then the run is
+Ray's own processes (each role's own peak over the run, the dedup passes included), the dedup passes' seconds,
+the object store's peak use (/dev/shm), the passes' largest task's RSS, the manifest's size, disk written per stage,
+and what Ray reported spilling. Then the run is
 repeated at the largest size with a SIGKILL to its whole process group once the manifest records `--kill-at` of its
 (stage, file) entries, resumed, and its output compared with the uninterrupted run's by the digests of every part.
 Baseline: the smallest size (ratios per row); the goal is pages/s and per-worker RSS within 10% of it.
@@ -32,6 +33,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -227,14 +229,17 @@ def generate(folder: Path, pages: int, pages_per_file: int, seed: int, sentences
 
 class RolePeaks(PeakByRole):
     """Each role's own peak RSS over a run (the driver, the largest worker, Ray's own processes together), where
-    PeakByRole keeps the roles at the peak of their sum; the same samples of the command's process tree."""
+    PeakByRole keeps the roles at the peak of their sum; the same samples of the command's process tree. And the
+    object store's peak: /dev/shm's use above what it held when the run started."""
 
     def __init__(self, pid: int, interval: float = 0.5):
-        self.maxima = {"driver": 0, "ray": 0, "worker": 0}
+        self.maxima = {"driver": 0, "ray": 0, "worker": 0, "object_store": 0}
+        self.shm_before = shm_used()
         super().__init__(pid, interval)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
+            self.maxima["object_store"] = max(self.maxima["object_store"], shm_used() - self.shm_before)
             rss, _ = self.sample()
             workers = [value for name, value in rss.items() if name.startswith("worker")]
             for key, value in (("driver", rss.get(DRIVER, 0)), ("worker", max(workers, default=0)),
@@ -243,6 +248,11 @@ class RolePeaks(PeakByRole):
 
     def peaks(self) -> dict:
         return {f"{key}_mib": round(value / 2**20) for key, value in self.maxima.items()}
+
+
+def shm_used() -> int:
+    """Bytes in use on /dev/shm, where Ray's object store maps its memory on Linux (pages it has touched)."""
+    return shutil.disk_usage("/dev/shm").used if os.path.isdir("/dev/shm") else 0
 
 
 def soak_recipe(path: Path, backend: str) -> Path:
@@ -294,10 +304,12 @@ def measure(files: list[Path], pages: int, recipe: Path, output: Path, workers: 
         raise SystemExit(f"{' '.join(command)} exited {code}:\n{text[-3000:]}")
     stats = json.loads((output / "stats.json").read_text())["stages"]
     passes = {stage["stage"]: round(sum(step["seconds"] for step in stage["pass"].values()), 1) for stage in stats if "pass" in stage}
+    pass_memory = {stage["stage"]: max(([step.get("rss_peak_mib", 0), step.get("rss_start_mib", 0)] for step in stage["pass"].values()), default=None)
+                   for stage in stats if "pass" in stage}  # fmt: skip
     disk = {stage["stage"]: round(folder_bytes(output / stage["stage"]) / 2**20, 1) for stage in stats if (output / stage["stage"]).is_dir()}
     spilled = [line.strip() for line in text.splitlines() if "Spilled" in line]
     return {"pages": pages, "files": len(files), "wall_s": round(wall, 1), "pages_per_s": round(pages / wall, 1),
-            **peaks.peaks(), "pass_seconds": passes, "manifest_mib": round((output / "manifest.json").stat().st_size / 2**20, 2),
+            **peaks.peaks(), "pass_seconds": passes, "pass_peak_and_start_mib": pass_memory, "manifest_mib": round((output / "manifest.json").stat().st_size / 2**20, 2),
             "disk_mib": disk, "kept": sum(shard["docs_out"] for shard in stats[-1]["shards"]),
             "spilled": spilled[-1] if spilled else "none reported"}  # fmt: skip
 

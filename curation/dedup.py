@@ -323,10 +323,37 @@ FanOut = Callable[..., dict]
 
 
 def run_task(ctx: PassContext, step: str, *args) -> dict:
-    """One task of the pass (what the runner's fan-out runs on a worker), with its seconds."""
-    started = time.perf_counter()
+    """One task of the pass (what the runner's fan-out runs on a worker), with its seconds and, on Linux, the
+    worker's RSS at the start and its peak during the task (what the pass's memory formula predicts)."""
+    started, start_rss = time.perf_counter(), _reset_peak_rss()
     stats = STEPS[step](ctx, *args)
-    return {**stats, "seconds": round(time.perf_counter() - started, 4)}
+    memory = {} if start_rss is None else {"rss_start_mib": start_rss, "rss_peak_mib": max(start_rss, _peak_rss_mib())}
+    return {**stats, "seconds": round(time.perf_counter() - started, 4), **memory}
+
+
+def _reset_peak_rss() -> float | None:
+    """This process's RSS in MiB after resetting its high-water mark (Linux's clear_refs "5"); None where the
+    kernel does not offer it, so the task's peak is never a figure left over from an earlier task."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+        return _status_mib("VmRSS")
+    except (OSError, ValueError):
+        return None
+
+
+def _peak_rss_mib() -> float:
+    """The high-water mark, which the kernel updates lazily (its counters are per-CPU, so it can read below an
+    RSS read a moment earlier)."""
+    return _status_mib("VmHWM")
+
+
+def _status_mib(field: str) -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return round(int(line.split()[1]) / 1024, 1)
+    raise ValueError(f"/proc/self/status has no {field}")
 
 
 def run_pass(ctx: PassContext, fan_out: FanOut) -> None:

@@ -33,7 +33,8 @@ def drop_samples(dropped: Iterable[dict]) -> list[dict]:
 
 
 def summarize_pass(passes: dict) -> dict:
-    """Per step of a duplicate stage's pass: tasks, seconds and every counter summed over its tasks."""
+    """Per step of a duplicate stage's pass: tasks, seconds and every counter summed over its tasks (RSS: the
+    largest task's)."""
     summary = {}
     for step, tasks in passes.items():
         totals: dict = {"tasks": len(tasks)}
@@ -46,6 +47,8 @@ def summarize_pass(passes: dict) -> dict:
                     merged = totals.setdefault(key, {})
                     for name, count in value.items():
                         merged[name] = merged.get(name, 0) + count
+                elif key.startswith("rss_"):  # a worker's memory: the largest task's, not a sum
+                    totals[key] = max(totals.get(key, 0), value)
                 elif isinstance(value, (int, float)) and not isinstance(value, bool):
                     totals[key] = round(totals.get(key, 0) + value, 4)
         summary[step] = totals

@@ -182,4 +182,6 @@ def test_same_result_on_one_and_two_workers_and_after_a_kill_between_steps(corpu
         assert table.equals(outputs(killed)[name]), name
     stats = json.loads((killed / "stats.json").read_text())["stages"][2]["pass"]
     assert stats["keys"] == summarize_pass({"keys": passes["keys"]})["keys"], "recorded key tasks were redone"
+    if Path("/proc/self/clear_refs").exists():  # Linux: each task's peak RSS, the largest task's kept
+        assert all(0 < step["rss_start_mib"] <= step["rss_peak_mib"] for step in stats.values())
     assert not (killed / "work").exists() or not any((killed / "work").rglob("*.parquet"))

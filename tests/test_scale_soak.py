@@ -50,6 +50,8 @@ def test_a_soak_run_killed_mid_run_resumes_to_the_uninterrupted_output(tmp_path)
     recipe = soak_recipe(tmp_path / "recipe.yaml", "resiliparse")
     whole = measure(files, 240, recipe, tmp_path / "whole", workers=2)
     assert whole["pages"] == 240 and 0 < whole["kept"] < 240 and whole["worker_mib"] > 0 and whole["driver_mib"] > 0
+    [(peak, start)] = [value for stage, value in whole["pass_peak_and_start_mib"].items() if stage.endswith("minhash")]
+    assert 0 < start <= peak  # the worker's RSS when its largest task started, and its peak during the task
     resumed = killed_and_resumed(files, recipe, tmp_path / "resumed", workers=2, kill_at=0.3)
     assert resumed["killed"] and 0 < resumed["entries_done_at_kill"] < resumed["entries"]
     digests = part_digests(tmp_path / "resumed")
