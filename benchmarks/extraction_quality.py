@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.extract_settings import after_page_filters, kept_text, read_pages  # noqa: E402
 from curation.extraction_sets import SET_NAMES, load_set, page_counts, score  # noqa: E402
 from filters.extract import extract_page  # noqa: E402
+from filters.extract_blocks import MODEL_FILE, load_block_model  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
 DEFAULT = "ours: trafilatura (default)"
@@ -87,6 +88,10 @@ def run_backends(pages: list[str], extractors: dict, repeat: int) -> tuple[dict,
 
 def quality_table(set_name: str, repeat: int) -> list[dict]:
     pages = load_set(set_name)
+    seen = set(load_block_model().trained_on) & {page.name for page in pages if page.split == "heldout"}
+    if seen:
+        raise SystemExit(f"{MODEL_FILE}: trained on {len(seen)} of {set_name}'s held-out pages ({sorted(seen)[:3]}...); "
+                         "train it again with `curate extract train-blocks`")  # fmt: skip
     seconds, texts, fallbacks = run_backends([page.html for page in pages], backends(), repeat)
     rows = []
     for split in ("heldout", "all"):

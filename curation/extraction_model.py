@@ -61,7 +61,7 @@ def train_block_model(pages: list[Page], hidden: int = 4, epochs: int = 400, wei
     first, last = network[0], network[2]
     model = BlockModel(mean=mean, scale=scale, hidden_weight=first.weight.detach().numpy().T.copy(),
                        hidden_bias=first.bias.detach().numpy().copy(), out_weight=last.weight.detach().numpy()[0].copy(),
-                       out_bias=float(last.bias.detach()), threshold=0.5)  # fmt: skip
+                       out_bias=float(last.bias.detach()), threshold=0.5, trained_on=tuple(sorted({page.name for page in pages})))  # fmt: skip
     probabilities = [model.probabilities(f) if len(f) else np.zeros(0) for f in features]
     by_threshold = {t: f1_of(pages, blocks, [p >= t for p in probabilities])["f1"] for t in np.arange(0.1, 0.91, 0.05)}
     threshold = float(max(by_threshold, key=by_threshold.get))

@@ -127,6 +127,7 @@ class BlockModel:
     out_weight: np.ndarray
     out_bias: float
     threshold: float
+    trained_on: tuple[str, ...] = ()  # the development pages it was fitted on, by name: never scored as held-out
 
     def probabilities(self, features: np.ndarray) -> np.ndarray:
         hidden = np.tanh(((features - self.mean) / self.scale) @ self.hidden_weight + self.hidden_bias)
@@ -135,7 +136,7 @@ class BlockModel:
     def to_json(self) -> dict:
         return {"features": list(FEATURES), "threshold": self.threshold, "out_bias": self.out_bias,
                 **{name: getattr(self, name).tolist() for name in ("mean", "scale", "hidden_weight", "hidden_bias",
-                                                                    "out_weight")}}  # fmt: skip
+                                                                    "out_weight")}, "trained_on": list(self.trained_on)}  # fmt: skip
 
     @classmethod
     def from_json(cls, data: dict, source: str) -> "BlockModel":
@@ -144,7 +145,8 @@ class BlockModel:
                              "`curate extract train-blocks`")  # fmt: skip
         arrays = {name: np.asarray(data[name], dtype=np.float32) for name in ("mean", "scale", "hidden_weight",
                                                                                "hidden_bias", "out_weight")}  # fmt: skip
-        return cls(**arrays, out_bias=float(data["out_bias"]), threshold=float(data["threshold"]))
+        return cls(**arrays, out_bias=float(data["out_bias"]), threshold=float(data["threshold"]),
+                   trained_on=tuple(data.get("trained_on", ())))  # fmt: skip
 
 
 @lru_cache(maxsize=4)

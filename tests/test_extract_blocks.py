@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from curation.extraction_sets import HTML_SETS, Page, load_set, page_counts, score
+from curation.extraction_sets import HTML_SETS, SET_NAMES, Page, load_set, page_counts, score
 from filters.extract import HtmlExtractor, extract_page
 from filters.extract_blocks import MODEL_FILE, BlockModel, load_block_model, main_content_blocks, minimal_html_blocks
 from tests.test_extract import ARTICLE, raw_table
@@ -126,6 +126,11 @@ def test_train_blocks_writes_a_model_the_backend_loads(tmp_path):
     assert "trained on" in run.stdout and str(out) in run.stdout
     model = load_block_model(str(out))
     assert isinstance(model, BlockModel) and 0 < model.threshold < 1
+    splits = {page.name: page.split for name in SET_NAMES for page in load_set(name, tmp_path / "sets")}
+    assert model.trained_on == tuple(sorted(name for name, split in splits.items() if split == "train"))
+    again = subprocess.run([sys.executable, "-m", "curation.cli", "extract", "train-blocks", "--sets", str(tmp_path / "sets"),
+                            "--out", str(tmp_path / "again.json")], capture_output=True, text=True)  # fmt: skip
+    assert again.returncode == 0 and (tmp_path / "again.json").read_bytes() == out.read_bytes()  # deterministic
     packaged = MODEL_FILE.read_bytes()
     default = subprocess.run([sys.executable, "-m", "curation.cli", "extract", "train-blocks", "--sets", str(tmp_path / "sets")],
                              capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
@@ -135,6 +140,16 @@ def test_train_blocks_writes_a_model_the_backend_loads(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "curation.cli", "extract", "train-blocks", "--sets", str(tmp_path / "none"),
                               "--out", str(out)], capture_output=True, text=True)  # fmt: skip
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "pass --sets" in missing.stderr
+
+
+@NEEDS_SETS
+def test_the_packaged_model_never_saw_a_held_out_page():
+    """benchmarks/extraction_quality.py scores the held-out split: a page named both there and in the model's
+    training pages would score the model on what it learnt."""
+    pages = [page for name in SET_NAMES for page in load_set(name)]
+    trained_on = set(load_block_model().trained_on)
+    assert trained_on == {page.name for page in pages if page.split == "train"}
+    assert not trained_on & {page.name for page in pages if page.split == "heldout"}
 
 
 @NEEDS_SETS
