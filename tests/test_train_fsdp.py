@@ -540,6 +540,28 @@ def test_killing_train_kills_its_ranks_and_one_writer_holds_a_run_folder(workdir
     assert not (out / "train.lock").exists()
 
 
+def test_one_rank_trains_in_trains_own_process_and_stops_on_sigterm_with_one_line(workdir, cleanup):
+    """Without --max-restarts, one rank needs no torchrun agent and no second interpreter: it trains in `train`'s
+    process; SIGTERM (a scheduler's stop) ends it as it ends launched ranks, lock released, and --resume goes on."""
+    import psutil
+
+    (workdir / "endless.yaml").write_text("name: endless\nsources:\n  web: {paths: ['curated/tokens/part-*.parquet'], max_epochs: 1000}\n")
+    out = workdir / "one-rank"
+    cleanup.append(out)
+    running = start_in_own_session(workdir, "--steps", "1000", "--checkpoint-every", "2", "--ranks", "1", "--out", out.name)
+    wait_for(lambda: checkpoint_steps(out), running, "a checkpoint")
+    assert psutil.Process(running.pid).children(recursive=True) == [] and [p.pid for p in writers(out)] == [running.pid]
+    running.terminate()
+    _, error = running.communicate(timeout=60)
+    assert running.returncode == 128 + signal.SIGTERM, error
+    assert error.strip() == "train: stopped by SIGTERM; every rank has ended: continue with --resume"
+    assert not (out / "train.lock").exists()
+    reached = max(checkpoint_steps(out))
+    resumed = subprocess.run(train_command("--steps", str(reached + 1), "--ranks", "1", "--out", out.name, "--resume",
+                                           mixture="endless.yaml"), cwd=workdir, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert resumed.returncode == 0 and f"resumed from step-{reached:08d}" in resumed.stdout, resumed.stderr[-3000:]
+
+
 def checkpoint_steps(out: Path) -> list[int]:
     return [int(p.name[5:]) for p in (out / "checkpoints").glob("step-????????")] if (out / "checkpoints").is_dir() else []
 

@@ -393,7 +393,7 @@ def _lock(out: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     from training.config import load_config
-    from training.launch import launch, run_rank, tie_to_launcher
+    from training.launch import launch, run_here, run_rank, tie_to_launcher
     from training.mixture import MixtureError, load_mixture
 
     argv = sys.argv[1:] if argv is None else argv
@@ -433,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
         run_lock.release(lock)
         print(f"train: {error}", file=sys.stderr)
         return 2
-    if launcher:
+    in_process = launcher and ranks == 1 and args.max_restarts == 0  # one rank, nothing to restart: it runs here
+    if launcher and not in_process:
         os.environ[VALIDATED] = "1"
         try:
             return launch(argv, ranks, out, args.max_restarts)
@@ -441,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
             run_lock.release(lock)
     from training.trainer import train
 
-    code = run_rank(lambda: train(config, mixture, out, args.resume))
+    code = (run_here if in_process else run_rank)(lambda: train(config, mixture, out, args.resume))
     run_lock.release(lock)
     sys.stdout.flush()
     sys.stderr.flush()

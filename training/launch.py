@@ -6,7 +6,7 @@ SIGKILL it when its parent (the agent) dies, so whatever stops `train`, SIGKILL 
 (or SIGTERM) stops the ranks and prints one line. A rank that fails for a reason it can name (a full disk) prints one
 line and exits REPORTED, which the launcher does not repeat; torchrun's own logging and error report stay quiet.
 With --max-restarts N, ranks that die otherwise (a SIGKILL, a crash) are all started again from the last complete
-checkpoint, with one line per restart.
+checkpoint, with one line per restart. One rank without --max-restarts runs in `train`'s own process (`run_here`).
 """
 
 import ctypes
@@ -61,9 +61,40 @@ def launch(argv: list[str], ranks: int, out: Path, max_restarts: int = 0) -> int
                 print(f"train: {death} at step ~{_last_logged_step(out) + 1}; restart {restarts} of {max_restarts} from "
                       f"{_restart_point(out)}", file=sys.stderr)  # fmt: skip
     except (SignalException, KeyboardInterrupt) as stop:
-        number = getattr(stop, "sigval", signal.SIGINT)
-        print(f"train: stopped by {signal.Signals(number).name}; every rank has ended: continue with --resume", file=sys.stderr)
-        return 128 + number
+        return _stopped(getattr(stop, "sigval", signal.SIGINT))
+
+
+def _stopped(number: int) -> int:
+    print(f"train: stopped by {signal.Signals(number).name}; every rank has ended: continue with --resume", file=sys.stderr)
+    return 128 + number
+
+
+class _Terminated(Exception):
+    """SIGTERM in a rank that runs in `train`'s own process."""
+
+
+def _raise_terminated(number, frame) -> None:
+    raise _Terminated
+
+
+def run_here(train: Callable[[], None]) -> int:
+    """One rank in `train`'s own process, for one rank without --max-restarts: no agent and no second interpreter
+    importing torch (seconds a run, which a ladder or a decision of many small runs pays many times), and whatever
+    stops `train` stops the rank, being the same process. Ctrl-C and SIGTERM end it as `launch` does."""
+    import socket
+
+    with socket.socket() as probe:  # the one-rank group's store: a free port, as torchrun's --standalone picks
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))  # fmt: skip
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return run_rank(train)
+    except KeyboardInterrupt:
+        return _stopped(signal.SIGINT)
+    except _Terminated:
+        return _stopped(signal.SIGTERM)
 
 
 def _unreported_death(failures: dict) -> str | None:
