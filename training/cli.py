@@ -442,8 +442,10 @@ def main(argv: list[str] | None = None) -> int:
             run_lock.release(lock)
     from training.trainer import train
 
-    code = (run_here if in_process else run_rank)(lambda: train(config, mixture, out, args.resume))
-    run_lock.release(lock)
+    try:
+        code = (run_here if in_process else run_rank)(lambda: train(config, mixture, out, args.resume))
+    finally:  # a traceback in a rank run here leaves no lock behind
+        run_lock.release(lock)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # gloo can abort at interpreter exit after destroy_process_group

@@ -90,7 +90,7 @@ def run_here(train: Callable[[], None]) -> int:
                       MASTER_PORT=str(port))  # fmt: skip
     signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        return run_rank(train)
+        return 1 if run_rank(train) == REPORTED else 0  # as `launch` ends when a rank reported its error
     except KeyboardInterrupt:
         return _stopped(signal.SIGINT)
     except _Terminated:
