@@ -5,7 +5,7 @@ is paid dozens of times.
 
     python benchmarks/one_rank_start.py [--runs 5] [--steps 2] [--work /tmp/one-rank-start]
 
-Data: the built-in sample snapshot (200 pages), curated and tokenized once into --work. Each run trains --steps
+Data: the built-in sample snapshot (400 pages), curated and tokenized once into --work (train_throughput's shards). Each run trains --steps
 steps of the tests' small model (seq 64, batch 8) from scratch into a fresh folder, the two ways taking turns; printed:
 each way's median wall seconds over --runs, and the ratio of the baseline's to the in-process run's.
 """
@@ -18,26 +18,23 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from train_throughput import make_shards
+
 SETTINGS = "seq_len: 64\nglobal_batch: 8\nmicro_batch: 2\nwarmup: 2\ndtype: fp32\nlog_every: 1\n"
 
 
-def prepare(work: Path) -> None:
-    if (work / "curated" / "tokens").is_dir():
-        return
-    from curation.sources import sample
-
-    sample.generate(work / "snapshot", pages=200, files=4, seed=5)
-    for args in (["run", "fineweb-snapshot", "--input", str(work / "snapshot" / "*.warc.gz"), "--output", "curated",
-                  "--num-cpus", "2"], ["tokenize", "curated", "--vocab-size", "2048"]):  # fmt: skip
-        subprocess.run([sys.executable, "-m", "curation", *args], cwd=work, check=True, capture_output=True)
-    (work / "web.yaml").write_text("name: web\nsources:\n  web: {paths: ['curated/tokens/part-*.parquet']}\n")
+def prepare(work: Path) -> Path:
+    """The mixture over the sample's token shards, made once per --work folder."""
+    mixture = work / "mix.yaml"
+    if not mixture.is_file():
+        make_shards(work)
     (work / "settings.yaml").write_text(SETTINGS)
+    return mixture
 
 
-def timed(work: Path, out: str, steps: int, extra: list[str]) -> float:
+def timed(work: Path, mixture: Path, out: str, steps: int, extra: list[str]) -> float:
     shutil.rmtree(work / out, ignore_errors=True)
-    command = [sys.executable, "-m", "training", "--mixture", "web.yaml", "--config", "settings.yaml", "--steps",
+    command = [sys.executable, "-m", "training", "--mixture", str(mixture), "--config", "settings.yaml", "--steps",
                str(steps), "--ranks", "1", "--out", out, *extra]  # fmt: skip
     started = time.perf_counter()
     done = subprocess.run(command, cwd=work, capture_output=True, text=True)
@@ -54,11 +51,11 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/one-rank-start"))
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    prepare(args.work)
+    mixture = prepare(args.work)
     ways = {"in train's process": [], "baseline: torchrun agent + rank (--max-restarts 1)": []}
     for _ in range(args.runs):
-        ways["in train's process"].append(timed(args.work, "here", args.steps, []))
-        ways["baseline: torchrun agent + rank (--max-restarts 1)"].append(timed(args.work, "agent", args.steps, ["--max-restarts", "1"]))
+        ways["in train's process"].append(timed(args.work, mixture, "here", args.steps, []))
+        ways["baseline: torchrun agent + rank (--max-restarts 1)"].append(timed(args.work, mixture, "agent", args.steps, ["--max-restarts", "1"]))
     medians = {way: statistics.median(seconds) for way, seconds in ways.items()}
     for way, seconds in ways.items():
         print(f"{way}: median {medians[way]:.2f} s over {len(seconds)} runs of {args.steps} steps ({', '.join(f'{s:.2f}' for s in seconds)})")
